@@ -1,0 +1,76 @@
+//! The seed's day-99 program in Burn: one forward and backward pass of the fused head on a
+//! fixed seed, every stage's output checked element-wise against an independent f64 reference
+//! (stock Burn ops on NdArray) with the gate `|got - ref| <= 2e-5 + 2e-4 |ref|`.
+//!
+//! cargo run --release --example gates                    # NdArray f32 (stock-op bodies)
+//! cargo run --release --example gates --features wgpu    # the kernels on wgpu/Vulkan
+//! cargo run --release --example gates --features cuda    # the kernels on CUDA
+//!
+//! Prints the table (gate, max abs error, verdict) and the mean loss; on the first failing gate
+//! it prints the first bad element and exits with failure.
+
+use burn::backend::NdArray;
+use burn::tensor::DType;
+use burn_fused_head::gates::{StageOutputs, run_stages};
+use burn_fused_head::reference::HeadData;
+
+/// B, I, C of the pass, and the seed of its inputs.
+const BATCH: usize = 64;
+const INPUTS: usize = 128;
+const CLASSES: usize = 10;
+const SEED: u64 = 99;
+
+fn main() {
+    let data = HeadData::random(SEED, BATCH, INPUTS, CLASSES);
+    let (name, got) = run_under_test(&data);
+    let want = {
+        let device = Default::default();
+        let (x, w, b, labels) = data.tensors::<NdArray<f64>>(&device, DType::F64);
+        run_stages(x, w, b, labels, 1.0)
+    };
+
+    println!("backend under test: {name}");
+    println!("B = {BATCH}, I = {INPUTS}, C = {CLASSES}, seed {SEED}");
+    println!("{:<5} {:>12} verdict", "gate", "max abs err");
+    for report in got.gates(&want) {
+        println!("{report}");
+        if !report.passed() {
+            println!("FAIL: gate {} failed", report.name);
+            std::process::exit(1);
+        }
+    }
+    println!("mean loss {:.6} (reference {:.6})", got.loss, want.loss);
+    println!("PASS");
+}
+
+#[cfg(feature = "cuda")]
+fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
+    use burn::backend::Cuda;
+    let device = burn::backend::cuda::CudaDevice::default();
+    let (x, w, b, labels) = data.tensors::<Cuda>(&device, DType::F32);
+    (
+        "Cuda (CUDA kernels, fusion on), f32",
+        run_stages(x, w, b, labels, 1.0),
+    )
+}
+
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
+    use burn::backend::Vulkan;
+    let device = burn::backend::wgpu::WgpuDevice::default();
+    let (x, w, b, labels) = data.tensors::<Vulkan>(&device, DType::F32);
+    (
+        "Vulkan (wgpu kernels, fusion on), f32",
+        run_stages(x, w, b, labels, 1.0),
+    )
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
+    let device = Default::default();
+    let (x, w, b, labels) = data.tensors::<NdArray<f32>>(&device, DType::F32);
+    (
+        "NdArray (stock-op bodies), f32",
+        run_stages(x, w, b, labels, 1.0),
+    )
+}

@@ -1,0 +1,47 @@
+//! Tree reductions over one cube's shared memory, used by the row and column reductions.
+//!
+//! Invariant: `CUBE_DIM` is a power of two (the host launches 256 units), and every unit of the
+//! cube has written its partial value to `smem[UNIT_POS]` before the call.
+
+use cubecl::{cube, prelude::*};
+
+/// Sum of `smem[0..CUBE_DIM]`, in a fixed pairwise order; every unit gets the result.
+#[cube]
+pub fn tree_sum<F: Float>(smem: &mut SharedMemory<F>) -> F {
+    sync_cube();
+    let mut half = CUBE_DIM / 2;
+    while half > 0 {
+        if UNIT_POS < half {
+            let other = smem[(UNIT_POS + half) as usize];
+            smem[UNIT_POS as usize] += other;
+        }
+        // Every unit must see this level's sums before the next level reads them.
+        sync_cube();
+        half /= 2;
+    }
+    let total = smem[0];
+    // Nobody may overwrite smem[0] (a later reduction in the same kernel) before all have read it.
+    sync_cube();
+    total
+}
+
+/// Maximum of `smem[0..CUBE_DIM]`; every unit gets the result.
+///
+/// `F::max` of a NaN and a number may return the number (CUDA's `fmaxf`), so a NaN row does not
+/// come out of the maximum; the caller's sum of exponentials carries the NaN instead.
+#[cube]
+pub fn tree_max<F: Float>(smem: &mut SharedMemory<F>) -> F {
+    sync_cube();
+    let mut half = CUBE_DIM / 2;
+    while half > 0 {
+        if UNIT_POS < half {
+            let other = smem[(UNIT_POS + half) as usize];
+            smem[UNIT_POS as usize] = F::max(smem[UNIT_POS as usize], other);
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let total = smem[0];
+    sync_cube();
+    total
+}

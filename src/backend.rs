@@ -1,0 +1,194 @@
+//! The backend extension trait. Default bodies are stock Burn tensor ops, so every Burn backend
+//! runs the op; `NdArray<f64>` running these bodies is the crate's independent reference.
+
+use burn::backend::NdArray;
+use burn::backend::ndarray::{
+    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
+};
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{DType, Int, Tensor, TensorPrimitive};
+
+/// What the forward pass keeps for the backward pass.
+#[derive(Debug, Clone)]
+pub struct HeadForward<B: Backend> {
+    /// Mean cross-entropy over the batch, [1].
+    pub loss: FloatTensor<B>,
+    /// Pre-activation `Z = X W^T + b`, [B, C]: the ReLU mask of the backward pass.
+    pub z: FloatTensor<B>,
+    /// `dH = (softmax(H) - onehot(labels)) / B`, [B, C], for a unit upstream gradient.
+    pub dh: FloatTensor<B>,
+}
+
+/// What a backend's implementation of the op accepts, checked before anything runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadLimits {
+    /// Float dtypes the implementation runs; `None` means whatever the backend's stock ops run.
+    pub float_dtypes: Option<&'static [DType]>,
+    /// The largest element count of any one tensor (X, W, Z, dX...) the implementation indexes
+    /// correctly. The CubeCL kernels use 32-bit addressing.
+    pub max_elements: usize,
+}
+
+/// A Burn backend that runs the fused classifier head.
+///
+/// Shapes: X [B, I], W [C, I], b [C], labels [B] (integers in `[0, C)`), H, Z, dH, dZ [B, C].
+/// Each stage has a default body built from stock Burn ops; a backend with kernels overrides the
+/// seven primitive stages (the six of the seed plus [`head_mean_loss`](Self::head_mean_loss)),
+/// and the composite methods follow. Shapes are validated by the public functions
+/// ([`crate::linear_relu_cross_entropy`]); calling these methods directly skips that step.
+pub trait FusedHeadBackend: Backend {
+    /// What this implementation accepts (dtypes, sizes).
+    fn head_limits() -> HeadLimits {
+        HeadLimits {
+            float_dtypes: None,
+            max_elements: usize::MAX,
+        }
+    }
+
+    /// Stage 1: `Z = X W^T + b`, `H = ReLU(Z)`; returns `(Z, H)`, both [B, C].
+    fn head_linear_relu_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let x = float::<Self, 2>(x); // [B, I]
+        let weight = float::<Self, 2>(weight); // [C, I]
+        let bias = float::<Self, 1>(bias); // [C]
+        let z = x.matmul(weight.transpose()) + bias.unsqueeze_dim(0); // [B, C]
+        let h = burn::tensor::activation::relu(z.clone()); // [B, C]
+        (prim(z), prim(h))
+    }
+
+    /// Stage 2: stable softmax cross-entropy; returns `(loss_rows [B], dH [B, C])` with
+    /// `loss_rows[r] = ln(sum_j exp(H[r,j] - m)) - (H[r,label] - m)`, `m = max_j H[r,j]`, and
+    /// `dH = (p - onehot) / B` from the same probabilities. A row whose label is outside
+    /// `[0, C)` gets a NaN loss and a NaN dH row.
+    fn head_softmax_cross_entropy(
+        h: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let h = float::<Self, 2>(h); // [B, C]
+        let labels = Tensor::<Self, 1, Int>::from_primitive(labels); // [B]
+        let [batch, classes] = h.dims();
+        if batch == 0 {
+            let device = h.device();
+            let dtype = h.dtype();
+            let loss = Tensor::<Self, 1>::empty([0], (&device, dtype));
+            return (prim(loss), prim(h));
+        }
+        let invalid = labels
+            .clone()
+            .lower_elem(0)
+            .bool_or(labels.clone().greater_equal_elem(classes as i64)); // [B]
+        let target = labels.mask_fill(invalid.clone(), 0).unsqueeze_dim::<2>(1); // [B, 1]
+
+        let m = h.clone().detach().max_dim(1); // [B, 1]
+        let shifted = h - m; // [B, C]
+        let e = shifted.clone().exp(); // [B, C]
+        let d = e.clone().sum_dim(1); // [B, 1]
+        let picked = shifted.gather(1, target.clone()); // [B, 1]
+        let loss = (d.clone().log() - picked).squeeze_dim::<1>(1); // [B]
+        let loss = loss.mask_fill(invalid.clone(), f64::NAN);
+
+        let onehot = Tensor::<Self, 2>::zeros([batch, classes], (&e.device(), e.dtype())).scatter(
+            1,
+            target,
+            Tensor::ones([batch, 1], (&e.device(), e.dtype())),
+            burn::tensor::IndexingUpdateOp::Add,
+        ); // [B, C]
+        let dh = (e / d - onehot) / batch as f64; // [B, C]
+        let dh = dh.mask_fill(
+            invalid.unsqueeze_dim::<2>(1).expand([batch, classes]),
+            f64::NAN,
+        );
+        (prim(loss), prim(dh))
+    }
+
+    /// Stage 3: `dZ = dH [Z > 0] g`, [B, C]; `g` [1] is the upstream gradient of the loss.
+    /// The subgradient at `Z = 0` is 0; a NaN Z lets the (NaN) gradient through.
+    fn head_relu_backward(
+        z: FloatTensor<Self>,
+        dh: FloatTensor<Self>,
+        grad_loss: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let z = float::<Self, 2>(z); // [B, C]
+        let dh = float::<Self, 2>(dh); // [B, C]
+        let g = float::<Self, 1>(grad_loss).unsqueeze_dim::<2>(0); // [1, 1]
+        prim(dh.mask_fill(z.lower_equal_elem(0), 0) * g)
+    }
+
+    /// Stage 4: `dW = dZ^T X`, [C, I], stored like W.
+    fn head_weight_gradient(dz: FloatTensor<Self>, x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let dz = float::<Self, 2>(dz); // [B, C]
+        let x = float::<Self, 2>(x); // [B, I]
+        prim(dz.transpose().matmul(x)) // [C, I]
+    }
+
+    /// Stage 5: `db = column_sum(dZ)`, [C].
+    fn head_bias_gradient(dz: FloatTensor<Self>) -> FloatTensor<Self> {
+        let dz = float::<Self, 2>(dz); // [B, C]
+        prim(dz.sum_dim(0).squeeze_dim::<1>(0)) // [C]
+    }
+
+    /// Stage 6: `dX = dZ W`, [B, I].
+    fn head_input_gradient(dz: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        let dz = float::<Self, 2>(dz); // [B, C]
+        let weight = float::<Self, 2>(weight); // [C, I]
+        prim(dz.matmul(weight)) // [B, I]
+    }
+
+    /// The batch mean of the per-row losses, [1]. An empty batch gives NaN (0 / 0), as
+    /// PyTorch's mean over nothing.
+    fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
+        let loss_rows = float::<Self, 1>(loss_rows); // [B]
+        let batch = loss_rows.dims()[0];
+        prim(loss_rows.sum() / batch as f64) // [1]
+    }
+
+    /// The fused forward: stages 1 and 2 and the mean, keeping Z and dH for the backward pass.
+    fn head_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> HeadForward<Self> {
+        let (z, h) = Self::head_linear_relu_forward(x, weight, bias); // [B, C] each
+        let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
+        HeadForward {
+            loss: Self::head_mean_loss(loss_rows),
+            z,
+            dh,
+        }
+    }
+
+    /// The loss alone, [1]. [`Autodiff`](burn::backend::Autodiff) overrides this with the fused
+    /// forward and a backward step made of stages 3 to 6.
+    fn linear_relu_cross_entropy(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::head_forward(x, weight, bias, labels).loss
+    }
+}
+
+/// A float primitive as a tensor of rank `D`.
+fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// A float tensor as its primitive.
+fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+/// NdArray runs the stock-op bodies; in f64 it is the independent reference.
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> FusedHeadBackend
+    for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>>,
+    NdArrayTensor: From<SharedArray<I>>,
+{
+}

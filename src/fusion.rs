@@ -1,0 +1,206 @@
+//! `Fusion<B>`: each stage is registered as a custom operation on Burn's fusion stream and runs
+//! B's kernels when the stream executes it. This is what makes the default
+//! `burn::backend::Cuda` type (fusion on) use the kernels rather than a fallback.
+
+use core::marker::PhantomData;
+
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{DType, Shape};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+
+use crate::backend::{FusedHeadBackend, HeadLimits};
+
+/// The seven primitive stages, as fusion operations.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    LinearReluForward,
+    SoftmaxCrossEntropy,
+    ReluBackward,
+    WeightGradient,
+    BiasGradient,
+    InputGradient,
+    MeanLoss,
+}
+
+impl Stage {
+    fn id(self) -> &'static str {
+        match self {
+            Stage::LinearReluForward => "fused_head_linear_relu_forward",
+            Stage::SoftmaxCrossEntropy => "fused_head_softmax_cross_entropy",
+            Stage::ReluBackward => "fused_head_relu_backward",
+            Stage::WeightGradient => "fused_head_weight_gradient",
+            Stage::BiasGradient => "fused_head_bias_gradient",
+            Stage::InputGradient => "fused_head_input_gradient",
+            Stage::MeanLoss => "fused_head_mean_loss",
+        }
+    }
+}
+
+/// One registered stage: its IR (inputs, outputs) and which of B's methods runs it.
+#[derive(Debug)]
+struct StageOp<B> {
+    desc: CustomOpIr,
+    stage: Stage,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageOp<B> {
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+    ) {
+        let inputs = &self.desc.inputs;
+        let outputs = &self.desc.outputs;
+        let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
+        let results: Vec<FloatTensor<B>> = match self.stage {
+            Stage::LinearReluForward => {
+                let (z, h) = B::head_linear_relu_forward(float(0), float(1), float(2));
+                vec![z, h]
+            }
+            Stage::SoftmaxCrossEntropy => {
+                let h = float(0);
+                let labels = handles.get_int_tensor::<B>(&inputs[1]);
+                let (loss, dh) = B::head_softmax_cross_entropy(h, labels);
+                vec![loss, dh]
+            }
+            Stage::ReluBackward => vec![B::head_relu_backward(float(0), float(1), float(2))],
+            Stage::WeightGradient => vec![B::head_weight_gradient(float(0), float(1))],
+            Stage::BiasGradient => vec![B::head_bias_gradient(float(0))],
+            Stage::InputGradient => vec![B::head_input_gradient(float(0), float(1))],
+            Stage::MeanLoss => vec![B::head_mean_loss(float(0))],
+        };
+        for (out, tensor) in outputs.iter().zip(results) {
+            handles.register_float_tensor::<B>(&out.id, tensor);
+        }
+    }
+}
+
+/// Registers `stage` with its inputs and float outputs of the given shapes (dtype of the first
+/// input) and returns the (lazy) outputs.
+fn register<B: FusionBackend + FusedHeadBackend>(
+    stage: Stage,
+    inputs: Vec<FusionTensor<B::FusionRuntime>>,
+    output_shapes: &[Shape],
+) -> Vec<FusionTensor<B::FusionRuntime>> {
+    let client = inputs[0].client.clone();
+    let dtype: DType = inputs[0].dtype;
+    let streams = OperationStreams::with_inputs(&inputs);
+    let outputs: Vec<TensorIr> = output_shapes
+        .iter()
+        .map(|shape| TensorIr::uninit(client.create_empty_handle(), shape.clone(), dtype))
+        .collect();
+    let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(stage.id(), &inputs, &outputs);
+    client.register(
+        streams,
+        OperationIr::Custom(desc.clone()),
+        StageOp::<B> {
+            desc,
+            stage,
+            _backend: PhantomData,
+        },
+    )
+}
+
+/// `[rows, cols]` of a rank-2 fusion tensor, checked.
+fn dims2<R: FusionRuntime>(op: &str, name: &str, t: &FusionTensor<R>) -> [usize; 2] {
+    crate::validate::rank2(op, name, &t.shape)
+}
+
+impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
+    fn head_limits() -> HeadLimits {
+        B::head_limits()
+    }
+
+    fn head_linear_relu_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (batch, _, classes) = crate::validate::linear_shapes(
+            "linear_relu_forward",
+            &x.shape,
+            &weight.shape,
+            &bias.shape,
+        );
+        let shape = Shape::new([batch, classes]);
+        let [z, h]: [_; 2] = register::<B>(
+            Stage::LinearReluForward,
+            vec![x, weight, bias],
+            &[shape.clone(), shape],
+        )
+        .try_into()
+        .expect("two outputs");
+        (z, h)
+    }
+
+    fn head_softmax_cross_entropy(
+        h: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [batch, classes] = dims2("softmax_cross_entropy", "H [B, C]", &h);
+        let shapes = [Shape::new([batch]), Shape::new([batch, classes])];
+        let [loss, dh]: [_; 2] =
+            register::<B>(Stage::SoftmaxCrossEntropy, vec![h, labels], &shapes)
+                .try_into()
+                .expect("two outputs");
+        (loss, dh)
+    }
+
+    fn head_relu_backward(
+        z: FloatTensor<Self>,
+        dh: FloatTensor<Self>,
+        grad_loss: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let shape = z.shape.clone();
+        one(register::<B>(
+            Stage::ReluBackward,
+            vec![z, dh, grad_loss],
+            &[shape],
+        ))
+    }
+
+    fn head_weight_gradient(dz: FloatTensor<Self>, x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let [_, classes] = dims2("weight_gradient", "dZ [B, C]", &dz);
+        let [_, inputs] = dims2("weight_gradient", "X [B, I]", &x);
+        one(register::<B>(
+            Stage::WeightGradient,
+            vec![dz, x],
+            &[Shape::new([classes, inputs])],
+        ))
+    }
+
+    fn head_bias_gradient(dz: FloatTensor<Self>) -> FloatTensor<Self> {
+        let [_, classes] = dims2("bias_gradient", "dZ [B, C]", &dz);
+        one(register::<B>(
+            Stage::BiasGradient,
+            vec![dz],
+            &[Shape::new([classes])],
+        ))
+    }
+
+    fn head_input_gradient(dz: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        let [batch, _] = dims2("input_gradient", "dZ [B, C]", &dz);
+        let [_, inputs] = dims2("input_gradient", "W [C, I]", &weight);
+        one(register::<B>(
+            Stage::InputGradient,
+            vec![dz, weight],
+            &[Shape::new([batch, inputs])],
+        ))
+    }
+
+    fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
+        one(register::<B>(
+            Stage::MeanLoss,
+            vec![loss_rows],
+            &[Shape::new([1])],
+        ))
+    }
+}
+
+/// The single output of a one-output stage.
+fn one<T>(outputs: Vec<T>) -> T {
+    outputs.into_iter().next().expect("one output")
+}

@@ -1,0 +1,209 @@
+//! The seed's gates: every element of every stage's output against an independent reference,
+//! `|got - ref| <= 2e-5 + 2e-4 * |ref|`.
+//!
+//! The mixed bound follows the seed: a pure relative bound fails near zero, a pure absolute one
+//! grows too loose with magnitude. What remains is ordinary float ordering (the kernels
+//! accumulate in f32, the reference in f64).
+
+use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+
+use crate::backend::FusedHeadBackend;
+
+/// Absolute part of the gate.
+pub const ABS_TOL: f64 = 2e-5;
+/// Relative part of the gate.
+pub const REL_TOL: f64 = 2e-4;
+
+/// The names of the eight gates, in the seed's order.
+pub const GATE_NAMES: [&str; 8] = ["Z", "H", "loss", "dH", "dZ", "dW", "db", "dX"];
+
+/// Whether one element passes: within the bound, or both NaN, or both the same infinity
+/// (so an edge case whose reference is NaN must produce NaN, not a number).
+pub fn within(got: f64, want: f64) -> bool {
+    if want.is_nan() || got.is_nan() {
+        return want.is_nan() && got.is_nan();
+    }
+    if want.is_infinite() || got.is_infinite() {
+        return got == want;
+    }
+    (got - want).abs() <= ABS_TOL + REL_TOL * want.abs()
+}
+
+/// One gate's verdict on one tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateReport {
+    /// The tensor's name (see [`GATE_NAMES`]).
+    pub name: String,
+    /// Number of elements compared.
+    pub len: usize,
+    /// Largest `|got - ref|` over the finite pairs.
+    pub max_abs_error: f64,
+    /// How many elements failed.
+    pub failed: usize,
+    /// The first failing element: `(index, got, want)`.
+    pub first_failure: Option<(usize, f64, f64)>,
+}
+
+impl GateReport {
+    /// Every element passed.
+    pub fn passed(&self) -> bool {
+        self.failed == 0
+    }
+}
+
+impl core::fmt::Display for GateReport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let verdict = if self.passed() { "PASS" } else { "FAIL" };
+        write!(
+            f,
+            "{:<5} {:>12.3e} {}",
+            self.name, self.max_abs_error, verdict
+        )?;
+        if let Some((i, got, want)) = self.first_failure {
+            write!(
+                f,
+                "  (first bad element {i}: got {got:e}, want {want:e}, |diff| {:e}; {} of {} failed)",
+                (got - want).abs(),
+                self.failed,
+                self.len
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Compares `got` with `want` element by element. Panics if the lengths differ (a shape bug is
+/// not a tolerance question).
+pub fn gate(name: &str, got: &[f64], want: &[f64]) -> GateReport {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "gate {name}: got {} elements, want {}",
+        got.len(),
+        want.len()
+    );
+    let mut report = GateReport {
+        name: name.to_string(),
+        len: got.len(),
+        max_abs_error: 0.0,
+        failed: 0,
+        first_failure: None,
+    };
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let diff = (g - w).abs();
+        if diff.is_finite() {
+            report.max_abs_error = report.max_abs_error.max(diff);
+        }
+        if !within(g, w) {
+            report.failed += 1;
+            report.first_failure.get_or_insert((i, g, w));
+        }
+    }
+    report
+}
+
+/// Every stage's output of one forward and backward pass, read back as f64.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageOutputs {
+    /// Z [B, C], row-major.
+    pub z: Vec<f64>,
+    /// H [B, C].
+    pub h: Vec<f64>,
+    /// Per-row loss [B].
+    pub loss_rows: Vec<f64>,
+    /// dH [B, C].
+    pub dh: Vec<f64>,
+    /// dZ [B, C].
+    pub dz: Vec<f64>,
+    /// dW [C, I].
+    pub dw: Vec<f64>,
+    /// db [C].
+    pub db: Vec<f64>,
+    /// dX [B, I].
+    pub dx: Vec<f64>,
+    /// The mean loss.
+    pub loss: f64,
+}
+
+impl StageOutputs {
+    /// The eight gates of `self` against `reference`, in [`GATE_NAMES`] order.
+    pub fn gates(&self, reference: &StageOutputs) -> Vec<GateReport> {
+        let pairs: [(&Vec<f64>, &Vec<f64>); 8] = [
+            (&self.z, &reference.z),
+            (&self.h, &reference.h),
+            (&self.loss_rows, &reference.loss_rows),
+            (&self.dh, &reference.dh),
+            (&self.dz, &reference.dz),
+            (&self.dw, &reference.dw),
+            (&self.db, &reference.db),
+            (&self.dx, &reference.dx),
+        ];
+        GATE_NAMES
+            .iter()
+            .zip(pairs)
+            .map(|(name, (got, want))| gate(name, got, want))
+            .collect()
+    }
+}
+
+/// Runs the six stages (and the mean) one by one on `B`, with upstream gradient `grad_loss`,
+/// and reads every output back as f64.
+pub fn run_stages<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+    grad_loss: f64,
+) -> StageOutputs {
+    crate::validate::head_inputs(
+        "run_stages",
+        &B::head_limits(),
+        (
+            &x.dims(),
+            &weight.dims(),
+            &bias.dims(),
+            Some(&labels.dims()),
+        ),
+        &[
+            ("X", x.device()),
+            ("W", weight.device()),
+            ("b", bias.device()),
+        ],
+        &[x.dtype(), weight.dtype(), bias.dtype()],
+    );
+    let g = Tensor::<B, 1>::from_data(
+        TensorData::new(vec![grad_loss], [1]),
+        (&x.device(), x.dtype()),
+    );
+    let x = x.into_primitive().tensor(); // [B, I]
+    let weight = weight.into_primitive().tensor(); // [C, I]
+    let (z, h) =
+        B::head_linear_relu_forward(x.clone(), weight.clone(), bias.into_primitive().tensor());
+    let (loss_rows, dh) = B::head_softmax_cross_entropy(h.clone(), labels.into_primitive());
+    let loss = B::head_mean_loss(loss_rows.clone());
+    let dz = B::head_relu_backward(z.clone(), dh.clone(), g.into_primitive().tensor());
+    StageOutputs {
+        dw: read::<B>(B::head_weight_gradient(dz.clone(), x)),
+        db: read::<B>(B::head_bias_gradient(dz.clone())),
+        dx: read::<B>(B::head_input_gradient(dz.clone(), weight)),
+        z: read::<B>(z),
+        h: read::<B>(h),
+        loss_rows: read::<B>(loss_rows),
+        dh: read::<B>(dh),
+        dz: read::<B>(dz),
+        loss: read::<B>(loss)[0],
+    }
+}
+
+/// A float primitive's values as f64, row-major.
+fn read<B: FusedHeadBackend>(t: burn::tensor::ops::FloatTensor<B>) -> Vec<f64> {
+    let n = t.shape().num_elements();
+    let t = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::float_reshape(
+        t,
+        Shape::new([n]),
+    )));
+    t.into_data()
+        .convert_dtype(DType::F64)
+        .to_vec::<f64>()
+        .expect("f64 data")
+}

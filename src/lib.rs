@@ -1,0 +1,50 @@
+//! # burn-fused-head
+//!
+//! One fused operation for [Burn](https://burn.dev): the classifier head
+//!
+//! ```text
+//! Z    = X W^T + b            X [B, I], W stored [C, I], b [C], Z [B, C]
+//! H    = ReLU(Z)              H [B, C]
+//! loss = mean_r cross_entropy(softmax(H[r]), labels[r])      labels [B], loss [1]
+//! ```
+//!
+//! forward and backward, as CubeCL kernels registered as a custom op on Burn's CubeCL backends
+//! (CUDA, wgpu/Vulkan), with an [`Autodiff`](burn::backend::Autodiff) impl so that
+//! `loss.backward()` reaches X, W and b.
+//!
+//! Letters, used everywhere in the crate: **B** (batch), **I** (inputs), **C** (classes).
+//!
+//! ## Use
+//! - [`linear_relu_cross_entropy`]: the op as a function on tensors.
+//! - [`FusedHead`] / [`FusedHeadConfig`]: the op as a [`Module`](burn::module::Module) with
+//!   `weight` [C, I] and `bias` [C] parameters.
+//! - [`FusedHeadBackend`]: the backend extension trait. Every stage has a default body built from
+//!   stock Burn ops, so `NdArray` runs the op (and, in f64, is the independent reference); the
+//!   CubeCL backends (`cuda`, `wgpu` features) replace the bodies with kernels.
+//! - [`gates`]: the seed's element-wise gates `|got - ref| <= 2e-5 + 2e-4 |ref|`, per stage.
+//!
+//! ## The six stages
+//! 1. `linear_relu_forward`: Z and H.
+//! 2. `softmax_cross_entropy`: per-row loss and `dH = (p - onehot) / B` from the same p.
+//! 3. `relu_backward`: `dZ = dH [Z > 0] g`, g the upstream gradient of the loss.
+//! 4. `weight_gradient`: `dW = dZ^T X` [C, I].
+//! 5. `bias_gradient`: `db = column_sum(dZ)` [C].
+//! 6. `input_gradient`: `dX = dZ W` [B, I].
+//!
+//! plus `mean_loss`, the deterministic batch mean of the per-row losses.
+
+mod autodiff;
+mod backend;
+#[cfg(feature = "cube")]
+mod cube;
+#[cfg(feature = "cube")]
+mod fusion;
+pub mod gates;
+mod module;
+mod ops;
+pub mod reference;
+mod validate;
+
+pub use backend::{FusedHeadBackend, HeadForward, HeadLimits};
+pub use module::{FusedHead, FusedHeadConfig};
+pub use ops::{LabelError, linear_relu_cross_entropy, linear_relu_logits, validate_labels};

@@ -1,0 +1,65 @@
+//! The op as a Burn `Module`: `weight` [C, I] and `bias` [C] parameters.
+
+use burn::config::Config;
+use burn::module::{Initializer, Module, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor};
+
+use crate::backend::FusedHeadBackend;
+use crate::ops::{linear_relu_cross_entropy, linear_relu_logits};
+
+/// Configuration of a [`FusedHead`].
+#[derive(Config, Debug)]
+pub struct FusedHeadConfig {
+    /// I, the number of input features.
+    pub inputs: usize,
+    /// C, the number of classes.
+    pub classes: usize,
+    /// Initializer of W and b. The default is Burn's `Linear` default: Kaiming uniform with
+    /// gain `1/sqrt(3)`, that is U(-k, k) with `k = 1/sqrt(I)`.
+    #[config(
+        default = "Initializer::KaimingUniform{gain: 0.5773502691896258, fan_out_only: false}"
+    )]
+    pub initializer: Initializer,
+}
+
+impl FusedHeadConfig {
+    /// A head with W [C, I] and b [C] on `device`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> FusedHead<B> {
+        let fans = (Some(self.inputs), Some(self.classes));
+        FusedHead {
+            weight: self
+                .initializer
+                .init_with([self.classes, self.inputs], fans.0, fans.1, device),
+            bias: self
+                .initializer
+                .init_with([self.classes], fans.0, fans.1, device),
+        }
+    }
+}
+
+/// A classifier head trained with softmax cross-entropy: `H = ReLU(X W^T + b)`, loss
+/// `mean_r cross_entropy(softmax(H[r]), labels[r])`, forward and backward fused.
+///
+/// Drop it in as the last layer of a model; it works with Burn's optimizers and recorders like
+/// any module.
+#[derive(Module, Debug)]
+pub struct FusedHead<B: Backend> {
+    /// W, stored [C, I]: one class's coefficients are contiguous.
+    pub weight: Param<Tensor<B, 2>>,
+    /// b, [C].
+    pub bias: Param<Tensor<B, 1>>,
+}
+
+impl<B: FusedHeadBackend> FusedHead<B> {
+    /// The mean cross-entropy loss of `x` [B, I] against `labels` [B], shape [1].
+    /// See [`linear_relu_cross_entropy`] for labels outside `[0, C)`, empty batches and panics.
+    pub fn forward(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        linear_relu_cross_entropy(x, self.weight.val(), self.bias.val(), labels)
+    }
+
+    /// The head's output `H = ReLU(X W^T + b)`, [B, C]; its row argmax is the prediction.
+    pub fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        linear_relu_logits(x, self.weight.val(), self.bias.val())
+    }
+}

@@ -1,0 +1,126 @@
+//! The public functions: the op on tensors, its logits, and a label check.
+
+use burn::tensor::{Int, Tensor, TensorPrimitive};
+
+use crate::backend::FusedHeadBackend;
+use crate::validate;
+
+/// `mean_r cross_entropy(softmax(ReLU(X W^T + b))[r], labels[r])`, shape [1].
+///
+/// - `x`: X [B, I]; `weight`: W stored [C, I]; `bias`: b [C]; `labels`: [B], integers in `[0, C)`.
+/// - On an [`Autodiff`](burn::backend::Autodiff) backend the result is tracked:
+///   `loss.backward()` gives the gradients of X, W and b (those that require them), scaled by
+///   the upstream gradient, so the loss may be multiplied or added to other losses.
+/// - A label outside `[0, C)` never reaches memory as an index: its row's loss is NaN, so the
+///   mean and every gradient are NaN. Call [`validate_labels`] first for an error instead.
+/// - An empty batch (B = 0) gives NaN, as PyTorch's mean over nothing; its gradients are zero.
+///
+/// # Panics
+/// Before anything runs, on mismatched shapes (the I of X and W, b not [C], labels not [B],
+/// C = 0), inputs on different devices, float dtypes that differ or that the backend's kernels
+/// do not run (the CubeCL kernels run f32), or tensors too large for the kernels' addressing.
+pub fn linear_relu_cross_entropy<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    validate::head_inputs(
+        "linear_relu_cross_entropy",
+        &B::head_limits(),
+        (
+            &x.dims(),
+            &weight.dims(),
+            &bias.dims(),
+            Some(&labels.dims()),
+        ),
+        &[
+            ("X", x.device()),
+            ("W", weight.device()),
+            ("b", bias.device()),
+            ("labels", labels.device()),
+        ],
+        &[x.dtype(), weight.dtype(), bias.dtype()],
+    );
+    let loss = B::linear_relu_cross_entropy(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        bias.into_primitive().tensor(),
+        labels.into_primitive(),
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(loss))
+}
+
+/// The head's output `H = ReLU(X W^T + b)`, [B, C], from stage 1 (for prediction: the argmax of
+/// H is the predicted class). Checks and panics as [`linear_relu_cross_entropy`].
+///
+/// On an inner backend (no autodiff) this runs the stage-1 kernel; on an `Autodiff` backend it
+/// runs stock ops, which autodiff differentiates as usual.
+pub fn linear_relu_logits<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+) -> Tensor<B, 2> {
+    validate::head_inputs(
+        "linear_relu_logits",
+        &B::head_limits(),
+        (&x.dims(), &weight.dims(), &bias.dims(), None),
+        &[
+            ("X", x.device()),
+            ("W", weight.device()),
+            ("b", bias.device()),
+        ],
+        &[x.dtype(), weight.dtype(), bias.dtype()],
+    );
+    let (_z, h) = B::head_linear_relu_forward(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        bias.into_primitive().tensor(),
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(h))
+}
+
+/// A label outside `[0, C)`, found by [`validate_labels`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelError {
+    /// Row of the first bad label.
+    pub row: usize,
+    /// Its value.
+    pub label: i64,
+    /// The number of classes C.
+    pub classes: usize,
+    /// How many labels are outside `[0, C)`.
+    pub count: usize,
+}
+
+impl core::fmt::Display for LabelError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} label(s) outside [0, {}); the first is labels[{}] = {}",
+            self.count, self.classes, self.row, self.label
+        )
+    }
+}
+
+impl std::error::Error for LabelError {}
+
+/// Checks that every label is in `[0, classes)`, for callers who want an error rather than the
+/// op's NaN loss on a bad row. Reads the labels back to the host (a device sync).
+pub fn validate_labels<B: burn::tensor::backend::Backend>(
+    labels: &Tensor<B, 1, Int>,
+    classes: usize,
+) -> Result<(), LabelError> {
+    let data = labels.to_data().convert::<i64>();
+    let values = data.as_slice::<i64>().expect("labels converted to i64");
+    let bad = |v: &i64| *v < 0 || *v >= classes as i64;
+    match values.iter().position(bad) {
+        None => Ok(()),
+        Some(row) => Err(LabelError {
+            row,
+            label: values[row],
+            classes,
+            count: values.iter().filter(|v| bad(v)).count(),
+        }),
+    }
+}

@@ -1,0 +1,168 @@
+//! Every check on the op's inputs, in one place, shared by the public functions, the module and
+//! every backend impl. Each failure panics before any kernel runs, naming the op, the shapes and
+//! what was expected, in the style of Burn's own tensor checks.
+
+use burn::tensor::DType;
+
+use crate::backend::HeadLimits;
+
+/// Panics with a message in Burn's style: the operation and the reason.
+fn fail(op: &str, reason: String) -> ! {
+    panic!("=== burn-fused-head error ===\n  Operation: '{op}'\n  Reason: {reason}")
+}
+
+/// Shapes of the whole op: X [B, I], W [C, I], b [C], labels [B] (when given).
+/// Returns `(B, I, C)`.
+pub(crate) fn head_shapes(
+    op: &str,
+    x: &[usize],
+    weight: &[usize],
+    bias: &[usize],
+    labels: Option<&[usize]>,
+) -> (usize, usize, usize) {
+    let (batch, inputs, classes) = linear_shapes(op, x, weight, bias);
+    if let Some(labels) = labels
+        && labels != [batch]
+    {
+        fail(
+            op,
+            format!("labels must be [B] = [{batch}] (one per row of X {x:?}), got {labels:?}"),
+        );
+    }
+    (batch, inputs, classes)
+}
+
+/// Shapes of stage 1: X [B, I], W [C, I], b [C], C >= 1. Returns `(B, I, C)`.
+pub(crate) fn linear_shapes(
+    op: &str,
+    x: &[usize],
+    weight: &[usize],
+    bias: &[usize],
+) -> (usize, usize, usize) {
+    let [batch, inputs] = rank2(op, "X [B, I]", x);
+    let [classes, w_inputs] = rank2(op, "W [C, I]", weight);
+    if w_inputs != inputs {
+        fail(
+            op,
+            format!(
+                "X is [B, I] = {x:?} and W is [C, I] = {weight:?}: their I differ ({inputs} vs {w_inputs})"
+            ),
+        );
+    }
+    if bias != [classes] {
+        fail(
+            op,
+            format!("b must be [C] = [{classes}] for W {weight:?}, got {bias:?}"),
+        );
+    }
+    if classes == 0 {
+        fail(
+            op,
+            "W has C = 0 classes: cross-entropy needs at least one class".into(),
+        );
+    }
+    (batch, inputs, classes)
+}
+
+/// `name` must be rank 2; returns its two dims.
+pub(crate) fn rank2(op: &str, name: &str, shape: &[usize]) -> [usize; 2] {
+    match shape {
+        [a, b] => [*a, *b],
+        _ => fail(op, format!("{name} must have rank 2, got shape {shape:?}")),
+    }
+}
+
+/// Two tensors that must have the same shape (Z and dH, dZ and a [B, C] partner...).
+pub(crate) fn same_shape(op: &str, a_name: &str, a: &[usize], b_name: &str, b: &[usize]) {
+    if a != b {
+        fail(
+            op,
+            format!("{a_name} {a:?} and {b_name} {b:?} must have the same shape"),
+        );
+    }
+}
+
+/// `dim` of `a` must equal `dim_b` of `b` (for example the B of dZ and of X).
+pub(crate) fn same_dim(op: &str, what: &str, a: &[usize], b: &[usize], dims: (usize, usize)) {
+    if a.get(dims.0) != b.get(dims.1) {
+        fail(op, format!("{what}: shapes {a:?} and {b:?} disagree"));
+    }
+}
+
+/// Every float input has the same dtype and the implementation runs it.
+pub(crate) fn float_dtypes(op: &str, limits: &HeadLimits, dtypes: &[DType]) {
+    let first = dtypes[0];
+    if let Some(other) = dtypes.iter().find(|d| **d != first) {
+        fail(
+            op,
+            format!("every float input must have one dtype, got {first:?} and {other:?}"),
+        );
+    }
+    if let Some(supported) = limits.float_dtypes
+        && !supported.contains(&first)
+    {
+        fail(
+            op,
+            format!(
+                "dtype {first:?} is not supported by this backend's kernels; supported: {supported:?}"
+            ),
+        );
+    }
+}
+
+/// Every tensor the implementation will index (given as element counts, with names) fits its
+/// addressing; refuses rather than wrap around.
+pub(crate) fn element_counts(op: &str, limits: &HeadLimits, counts: &[(&str, usize)]) {
+    for (name, count) in counts {
+        if *count > limits.max_elements {
+            fail(
+                op,
+                format!(
+                    "{name} has {count} elements, more than this backend's kernels address ({}): \
+                     split the batch",
+                    limits.max_elements
+                ),
+            );
+        }
+    }
+}
+
+/// Every input lives on one device.
+pub(crate) fn same_device<D: PartialEq + core::fmt::Debug>(op: &str, devices: &[(&str, D)]) {
+    let (first_name, first) = &devices[0];
+    for (name, device) in &devices[1..] {
+        if device != first {
+            fail(
+                op,
+                format!(
+                    "{name} is on {device:?} but {first_name} is on {first:?}: move them to one device"
+                ),
+            );
+        }
+    }
+}
+
+/// The whole op's inputs: shapes, devices, dtypes and sizes, for a backend with `limits`.
+/// Returns `(B, I, C)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn head_inputs<D: PartialEq + core::fmt::Debug>(
+    op: &str,
+    limits: &HeadLimits,
+    shapes: (&[usize], &[usize], &[usize], Option<&[usize]>),
+    devices: &[(&str, D)],
+    dtypes: &[DType],
+) -> (usize, usize, usize) {
+    let (batch, inputs, classes) = head_shapes(op, shapes.0, shapes.1, shapes.2, shapes.3);
+    same_device(op, devices);
+    float_dtypes(op, limits, dtypes);
+    element_counts(
+        op,
+        limits,
+        &[
+            ("X [B, I]", batch.saturating_mul(inputs)),
+            ("W [C, I]", classes.saturating_mul(inputs)),
+            ("Z [B, C]", batch.saturating_mul(classes)),
+        ],
+    );
+    (batch, inputs, classes)
+}
