@@ -73,6 +73,7 @@ pub(crate) fn rank2(op: &str, name: &str, shape: &[usize]) -> [usize; 2] {
 }
 
 /// Two tensors that must have the same shape (Z and dH, dZ and a [B, C] partner...).
+#[cfg_attr(not(feature = "cube"), allow(dead_code))]
 pub(crate) fn same_shape(op: &str, a_name: &str, a: &[usize], b_name: &str, b: &[usize]) {
     if a != b {
         fail(
@@ -83,6 +84,7 @@ pub(crate) fn same_shape(op: &str, a_name: &str, a: &[usize], b_name: &str, b: &
 }
 
 /// `dim` of `a` must equal `dim_b` of `b` (for example the B of dZ and of X).
+#[cfg_attr(not(feature = "cube"), allow(dead_code))]
 pub(crate) fn same_dim(op: &str, what: &str, a: &[usize], b: &[usize], dims: (usize, usize)) {
     if a.get(dims.0) != b.get(dims.1) {
         fail(op, format!("{what}: shapes {a:?} and {b:?} disagree"));

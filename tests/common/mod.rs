@@ -1,0 +1,131 @@
+//! Shared helpers of the test binaries: the f64 reference, and the gate assertions.
+#![allow(dead_code)]
+
+use burn::backend::ndarray::NdArrayDevice;
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Int, Tensor};
+use burn_fused_head::gates::{GateReport, StageOutputs, gate, run_stages};
+use burn_fused_head::reference::{HeadData, stock_head_loss};
+use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+
+/// The independent reference: stock Burn ops on NdArray in f64.
+pub type Reference = NdArray<f64>;
+
+/// The reference device, with f64 as its default float so that stock ops which create tensors
+/// internally stay in f64 (Burn fixes a device type's default dtype once per process).
+pub fn reference_device() -> NdArrayDevice {
+    let device = NdArrayDevice::Cpu;
+    let _already_set =
+        burn::tensor::set_default_dtypes::<Reference>(&device, DType::F64, DType::I64);
+    device
+}
+
+/// The eight stage outputs of the reference for `data` and upstream gradient `grad`.
+pub fn reference_stages(data: &HeadData, grad: f64) -> StageOutputs {
+    let (x, w, b, labels) = data.tensors::<Reference>(&reference_device(), DType::F64);
+    run_stages(x, w, b, labels, grad)
+}
+
+/// Panics naming every failing gate, with its first bad element.
+pub fn assert_gates(context: &str, reports: &[GateReport]) {
+    let failed: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.passed())
+        .map(|r| r.to_string())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{context}: gates failed:\n{}",
+        failed.join("\n")
+    );
+}
+
+/// Runs the stages on `B` and gates every output against the reference.
+pub fn check_stages<B: FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    grad: f64,
+    context: &str,
+) -> StageOutputs {
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let got = run_stages(x, w, b, labels, grad);
+    let want = reference_stages(data, grad);
+    assert_gates(context, &got.gates(&want));
+    assert!(
+        burn_fused_head::gates::within(got.loss, want.loss),
+        "{context}: mean loss {} vs reference {}",
+        got.loss,
+        want.loss
+    );
+    got
+}
+
+/// Loss and gradients (dX, dW, db) of a head, as f64 vectors.
+#[derive(Debug, Clone)]
+pub struct HeadGrads {
+    pub loss: f64,
+    pub dx: Vec<f64>,
+    pub dw: Vec<f64>,
+    pub db: Vec<f64>,
+}
+
+pub fn to_f64<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    t.into_data()
+        .convert_dtype(DType::F64)
+        .to_vec::<f64>()
+        .unwrap()
+}
+
+/// Loss and gradients of `scale * head(x, w, b, labels)` on an autodiff backend, where `head`
+/// is either our op or the stock head.
+pub fn head_grads<B: AutodiffBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+    scale: f64,
+    head: impl Fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1, Int>) -> Tensor<B, 1>,
+) -> HeadGrads {
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let loss = head(x.clone(), w.clone(), b.clone(), labels);
+    let grads = (loss.clone() * scale).backward();
+    HeadGrads {
+        loss: to_f64(loss)[0],
+        dx: to_f64(x.grad(&grads).unwrap()),
+        dw: to_f64(w.grad(&grads).unwrap()),
+        db: to_f64(b.grad(&grads).unwrap()),
+    }
+}
+
+/// Burn's stock autodiff (relu + CrossEntropyLoss) on NdArray f64: the gradients every
+/// implementation must reproduce.
+pub fn stock_grads(data: &HeadData, scale: f64) -> HeadGrads {
+    let (x, w, b, labels) = data.tensors::<Autodiff<Reference>>(&reference_device(), DType::F64);
+    head_grads(x, w, b, labels, scale, stock_head_loss)
+}
+
+/// Our op through `Autodiff<B>` against the stock autodiff reference.
+pub fn check_autodiff<B: AutodiffBackend + FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    scale: f64,
+    context: &str,
+) {
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let got = head_grads(x, w, b, labels, scale, linear_relu_cross_entropy);
+    let want = stock_grads(data, scale);
+    assert_grads(context, &got, &want);
+}
+
+pub fn assert_grads(context: &str, got: &HeadGrads, want: &HeadGrads) {
+    assert_gates(
+        context,
+        &[
+            gate("loss", &[got.loss], &[want.loss]),
+            gate("dX", &got.dx, &want.dx),
+            gate("dW", &got.dw, &want.dw),
+            gate("db", &got.db, &want.db),
+        ],
+    );
+}

@@ -1,0 +1,347 @@
+//! The backend-parity suite: every stage and the whole op on the backend under test (f32)
+//! against the independent reference (stock Burn ops on NdArray, f64), element-wise, under the
+//! seed's gate `|got - ref| <= 2e-5 + 2e-4 |ref|`.
+//!
+//! One macro instantiation per backend: `cargo test --features wgpu` (or `cuda`) adds the
+//! kernels' backends; checking another CubeCL runtime is one more line at the bottom.
+
+mod common;
+
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
+use burn::backend::ndarray::NdArrayDevice;
+use burn::backend::{Autodiff, NdArray};
+use burn::module::Param;
+use burn::nn::Linear;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_fused_head::gates::{GATE_NAMES, gate, run_stages};
+use burn_fused_head::reference::{HeadData, stock_head_loss};
+use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+use common::*;
+
+/// (B, I, C): ones, primes, just past powers of two, C = 1, one row, and realistic sizes.
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (1, 1, 2),
+    (1, 7, 3),
+    (3, 1, 5),
+    (2, 3, 1),
+    (7, 13, 5),
+    (17, 31, 11),
+    (257, 3, 10),
+    (5, 1025, 7),
+    (3, 5, 1025),
+    (64, 128, 10),
+    (300, 64, 257),
+];
+
+/// Stage-by-stage gates for every shape, unit upstream gradient.
+fn shape_sweep<B: FusedHeadBackend>(device: &B::Device) {
+    for (k, &(b, i, c)) in SHAPES.iter().enumerate() {
+        let data = HeadData::random(k as u64, b, i, c);
+        check_stages::<B>(device, &data, 1.0, &format!("B={b} I={i} C={c}"));
+    }
+}
+
+/// The op through autodiff against Burn's stock autodiff, for every shape.
+fn autodiff_matches_stock<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
+    for (k, &(b, i, c)) in SHAPES.iter().enumerate() {
+        let data = HeadData::random(100 + k as u64, b, i, c);
+        check_autodiff::<B>(device, &data, 1.0, &format!("autodiff B={b} I={i} C={c}"));
+    }
+}
+
+/// A scaled loss, and a loss added to another loss: gradients follow the upstream gradient.
+fn non_unit_upstream_gradient<B: FusedHeadBackend>(device: &B::Device) {
+    let data = HeadData::random(7, 33, 20, 9);
+    check_stages::<B>(device, &data, 2.5, "stages, g = 2.5");
+    check_autodiff::<Autodiff<B>>(device, &data, -0.75, "autodiff, loss * -0.75");
+
+    // loss + 3 * loss: the op is used twice and the upstream gradients add (1 and 3).
+    let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
+    type A<B> = Autodiff<B>;
+    let twice =
+        |x: Tensor<A<B>, 2>, w: Tensor<A<B>, 2>, b: Tensor<A<B>, 1>, l: Tensor<A<B>, 1, Int>| {
+            linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), l.clone())
+                + linear_relu_cross_entropy(x, w, b, l) * 3.0
+        };
+    let got = head_grads(x, w, b, labels, 1.0, twice);
+    let mut want = stock_grads(&data, 4.0);
+    want.loss *= 4.0;
+    assert_grads("loss + 3 * loss", &got, &want);
+}
+
+/// Rows whose every pre-activation is <= 0: H is zero, the loss is ln(C), dZ is zero.
+fn dead_relu_rows<B: FusedHeadBackend>(device: &B::Device) {
+    let mut data = HeadData::random(11, 24, 16, 6);
+    for v in &mut data.bias {
+        *v = -0.5 - v.abs();
+    }
+    for r in 0..data.batch / 2 {
+        data.x[r * data.inputs..(r + 1) * data.inputs].fill(0.0);
+    }
+    let got = check_stages::<B>(device, &data, 1.0, "dead rows");
+    let ln_c = (data.classes as f64).ln();
+    for r in 0..data.batch / 2 {
+        assert!(
+            burn_fused_head::gates::within(got.loss_rows[r], ln_c),
+            "row {r}: loss {} != ln C",
+            got.loss_rows[r]
+        );
+        assert!(
+            got.dz[r * data.classes..(r + 1) * data.classes]
+                .iter()
+                .all(|v| *v == 0.0)
+        );
+    }
+    check_autodiff::<Autodiff<B>>(device, &data, 1.0, "dead rows, autodiff");
+}
+
+/// Logits near 1e4: a naive exp overflows; the stable one keeps the loss finite and exact.
+/// X and W are small integers, so Z is exact in f32 and the test isolates the softmax.
+fn logits_near_1e4<B: FusedHeadBackend>(device: &B::Device) {
+    let mut data = HeadData::random(13, 19, 8, 7);
+    for v in &mut data.x {
+        *v = (*v * 4.0).round();
+    }
+    for v in &mut data.weight {
+        *v = (*v * 1000.0).round() * 2.0;
+    }
+    for v in &mut data.bias {
+        *v = (*v * 1000.0).round();
+    }
+    let got = check_stages::<B>(device, &data, 1.0, "logits near 1e4");
+    let max_h = got.h.iter().cloned().fold(0.0, f64::max);
+    assert!(
+        max_h > 5e3,
+        "the test must reach large logits, max H = {max_h}"
+    );
+    assert!(got.loss.is_finite() && got.loss_rows.iter().all(|l| l.is_finite()));
+    check_autodiff::<Autodiff<B>>(device, &data, 1.0, "logits near 1e4, autodiff");
+}
+
+/// Rows where the label's probability is near 1 (llm.c's and CCE's peaked inputs).
+fn confident_rows<B: FusedHeadBackend>(device: &B::Device) {
+    let mut data = HeadData::random(17, 40, 12, 9);
+    for v in &mut data.weight {
+        *v *= 25.0;
+    }
+    // label = argmax of H, computed on the host in f64.
+    for r in 0..data.batch {
+        let h = |c: usize| {
+            let z: f64 = (0..data.inputs)
+                .map(|k| {
+                    data.x[r * data.inputs + k] as f64 * data.weight[c * data.inputs + k] as f64
+                })
+                .sum::<f64>()
+                + data.bias[c] as f64;
+            z.max(0.0)
+        };
+        data.labels[r] = (0..data.classes)
+            .max_by(|a, b| h(*a).total_cmp(&h(*b)))
+            .unwrap() as i64;
+    }
+    let got = check_stages::<B>(device, &data, 1.0, "confident rows");
+    assert!(
+        got.loss < 0.5,
+        "rows should be confident, mean loss {}",
+        got.loss
+    );
+    assert!(
+        got.loss_rows.iter().all(|l| *l >= 0.0),
+        "a loss went negative: {:?}",
+        got.loss_rows
+    );
+    check_autodiff::<Autodiff<B>>(device, &data, 1.0, "confident rows, autodiff");
+}
+
+/// X and W given as transposed views (non-contiguous).
+fn non_contiguous_inputs<B: FusedHeadBackend>(device: &B::Device) {
+    let data = HeadData::random(19, 21, 10, 6);
+    let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
+    let transposed_view = |t: Tensor<Autodiff<B>, 2>| {
+        let stored =
+            Tensor::<Autodiff<B>, 2>::from_data(t.transpose().into_data(), (device, DType::F32)); // [n, m]
+        stored.transpose() // [m, n], strides (1, m)
+    };
+    let (x, w) = (transposed_view(x), transposed_view(w));
+    let got = head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy);
+    assert_grads("non-contiguous X and W", &got, &stock_grads(&data, 1.0));
+}
+
+/// A stock `Linear` before the head: the gradient reaches the Linear's parameters.
+fn preceded_by_stock_linear<B: FusedHeadBackend>(device: &B::Device) {
+    let first = HeadData::random(23, 16, 12, 10); // X0 [B, I0] and W0 as [I, I0]: I = 10
+    let head = HeadData::random(29, 16, 10, 5);
+    fn run<B: AutodiffBackend>(
+        first: &HeadData,
+        head: &HeadData,
+        device: &B::Device,
+        dtype: DType,
+        loss_fn: impl Fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1, Int>) -> Tensor<B, 1>,
+    ) -> Vec<Vec<f64>> {
+        let (x0, w0, b0, _) = first.tensors::<B>(device, dtype); // [B, I0], [I, I0], [I]
+        let (_, w, b, labels) = head.tensors::<B>(device, dtype);
+        let linear = Linear {
+            weight: Param::from_tensor(w0.transpose()), // Burn's Linear stores [d_in, d_out]
+            bias: Some(Param::from_tensor(b0)),
+        };
+        let x0 = x0.require_grad();
+        let loss = loss_fn(linear.forward(x0.clone()), w, b, labels);
+        let grads = loss.backward();
+        vec![
+            to_f64(linear.weight.val().grad(&grads).unwrap()),
+            to_f64(linear.bias.as_ref().unwrap().val().grad(&grads).unwrap()),
+            to_f64(x0.grad(&grads).unwrap()),
+        ]
+    }
+    let got = run::<Autodiff<B>>(&first, &head, device, DType::F32, linear_relu_cross_entropy);
+    let want = run::<Autodiff<Reference>>(
+        &first,
+        &head,
+        &reference_device(),
+        DType::F64,
+        stock_head_loss,
+    );
+    let names = ["Linear W", "Linear b", "X0"];
+    let reports: Vec<_> = names
+        .iter()
+        .zip(got.iter().zip(&want))
+        .map(|(n, (g, w))| gate(n, g, w))
+        .collect();
+    assert_gates("stock Linear before the head", &reports);
+    assert!(
+        got[0].iter().any(|v| *v != 0.0),
+        "no gradient reached the Linear layer"
+    );
+}
+
+/// Under a gradient-checkpointing strategy the gradients are unchanged.
+fn balanced_checkpointing<B: FusedHeadBackend>(device: &B::Device) {
+    let data = HeadData::random(31, 18, 9, 7);
+    check_autodiff::<Autodiff<B, BalancedCheckpointing>>(
+        device,
+        &data,
+        1.0,
+        "BalancedCheckpointing",
+    );
+}
+
+/// The seed's exercise: a weight gradient that reads dZ as if stored transposed
+/// (`dZ[c * B + r]`) fails the dW gate and only the dW gate.
+fn faulty_weight_gradient_fails_only_dw<B: FusedHeadBackend>(device: &B::Device) {
+    let data = HeadData::random(37, 12, 5, 4);
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let mut got = run_stages(x.clone(), w, b, labels, 1.0);
+    let dz = Tensor::<B, 2>::from_data(
+        TensorData::new(got.dz.clone(), [data.batch, data.classes]),
+        (device, DType::F32),
+    );
+    let wrong = dz.reshape([data.classes, data.batch]).matmul(x); // reads dZ[c * B + r]
+    got.dw = to_f64(wrong);
+    let reports = got.gates(&reference_stages(&data, 1.0));
+    let failed: Vec<&str> = reports
+        .iter()
+        .filter(|r| !r.passed())
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(failed, vec![GATE_NAMES[5]], "only dW may fail");
+}
+
+/// Same inputs, same device: the same bits, every call.
+fn deterministic<B: FusedHeadBackend>(device: &B::Device) {
+    let data = HeadData::random(41, 300, 64, 257);
+    let run = || {
+        let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+        run_stages(x, w, b, labels, 1.0)
+    };
+    let first = run();
+    for _ in 0..3 {
+        assert_eq!(run(), first, "a repeated call gave different bits");
+    }
+}
+
+macro_rules! parity_suite {
+    ($name:ident, $backend:ty, $device:expr) => {
+        mod $name {
+            use super::*;
+
+            type B = $backend;
+
+            fn device() -> burn::tensor::Device<B> {
+                $device
+            }
+
+            #[test]
+            fn shape_sweep() {
+                super::shape_sweep::<B>(&device());
+            }
+            #[test]
+            fn autodiff_matches_stock() {
+                super::autodiff_matches_stock::<Autodiff<B>>(&device());
+            }
+            #[test]
+            fn non_unit_upstream_gradient() {
+                super::non_unit_upstream_gradient::<B>(&device());
+            }
+            #[test]
+            fn dead_relu_rows() {
+                super::dead_relu_rows::<B>(&device());
+            }
+            #[test]
+            fn logits_near_1e4() {
+                super::logits_near_1e4::<B>(&device());
+            }
+            #[test]
+            fn confident_rows() {
+                super::confident_rows::<B>(&device());
+            }
+            #[test]
+            fn non_contiguous_inputs() {
+                super::non_contiguous_inputs::<B>(&device());
+            }
+            #[test]
+            fn preceded_by_stock_linear() {
+                super::preceded_by_stock_linear::<B>(&device());
+            }
+            #[test]
+            fn balanced_checkpointing() {
+                super::balanced_checkpointing::<B>(&device());
+            }
+            #[test]
+            fn faulty_weight_gradient_fails_only_dw() {
+                super::faulty_weight_gradient_fails_only_dw::<B>(&device());
+            }
+            #[test]
+            fn deterministic() {
+                super::deterministic::<B>(&device());
+            }
+        }
+    };
+}
+
+parity_suite!(ndarray, NdArray<f32>, NdArrayDevice::Cpu);
+#[cfg(feature = "wgpu")]
+parity_suite!(
+    wgpu_fusion,
+    burn::backend::Vulkan,
+    burn::backend::wgpu::WgpuDevice::default()
+);
+#[cfg(feature = "wgpu")]
+parity_suite!(
+    wgpu_raw,
+    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
+    burn::backend::wgpu::WgpuDevice::default()
+);
+#[cfg(feature = "cuda")]
+parity_suite!(
+    cuda_fusion,
+    burn::backend::Cuda,
+    burn::backend::cuda::CudaDevice::default()
+);
+#[cfg(feature = "cuda")]
+parity_suite!(
+    cuda_raw,
+    burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>,
+    burn::backend::cuda::CudaDevice::default()
+);
