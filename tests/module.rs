@@ -1,0 +1,140 @@
+//! `FusedHead` as a Burn module: it trains through `loss.backward()` and an optimizer step,
+//! behind a stock `Linear`, and survives a record round trip. One instantiation per backend.
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Tensor};
+use burn_fused_head::reference::HeadData;
+use burn_fused_head::{FusedHead, FusedHeadBackend, FusedHeadConfig};
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    hidden: Linear<B>,
+    head: FusedHead<B>,
+}
+
+impl<B: FusedHeadBackend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            hidden: LinearConfig::new(8, 16).init(device),
+            head: FusedHeadConfig::new(16, 4).init(device),
+        }
+    }
+
+    fn loss(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, burn::tensor::Int>) -> Tensor<B, 1> {
+        let hidden = burn::tensor::activation::relu(self.hidden.forward(x)); // [B, 16]
+        self.head.forward(hidden, labels) // [1]
+    }
+}
+
+/// Inputs whose labels a linear teacher assigns (`argmax_c x . t_c`), so that they can be learned.
+fn teacher_data(batch: usize, inputs: usize, classes: usize) -> HeadData {
+    let mut data = HeadData::random(5, batch, inputs, classes);
+    let teacher = HeadData::random(6, 1, inputs, classes).weight; // [C, I]
+    for r in 0..batch {
+        let score = |c: usize| -> f32 {
+            (0..inputs)
+                .map(|k| data.x[r * inputs + k] * teacher[c * inputs + k])
+                .sum()
+        };
+        data.labels[r] = (0..classes)
+            .max_by(|a, b| score(*a).total_cmp(&score(*b)))
+            .unwrap() as i64;
+    }
+    data
+}
+
+/// 120 SGD steps on one batch of learnable labels: the loss must fall to under half its first
+/// value, and W must have moved.
+fn trains_with_optimizer<B: AutodiffBackend>(device: &B::Device)
+where
+    B: FusedHeadBackend,
+    B::InnerBackend: FusedHeadBackend,
+{
+    B::seed(device, 5);
+    let data = teacher_data(64, 8, 4);
+    let (x, _, _, labels) = data.tensors::<B>(device, DType::F32);
+    let mut model = Mlp::<B>::new(device);
+    let before = model.head.weight.val().into_data();
+    let mut optim = SgdConfig::new().init();
+    let mut losses = Vec::new();
+    for _ in 0..120 {
+        let loss = model.loss(x.clone(), labels.clone());
+        losses.push(
+            loss.clone()
+                .into_scalar()
+                .to_string()
+                .parse::<f64>()
+                .unwrap(),
+        );
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(0.5, model, grads);
+    }
+    let (first, last) = (losses[0], *losses.last().unwrap());
+    assert!(
+        losses.iter().all(|l| l.is_finite()),
+        "non-finite loss: {losses:?}"
+    );
+    assert!(last < 0.5 * first, "loss did not fall: {first} -> {last}");
+    assert_ne!(
+        model.head.weight.val().into_data(),
+        before,
+        "W did not move"
+    );
+}
+
+/// Save to bytes, load into a fresh module: the same logits, bit for bit.
+fn record_round_trip<B: FusedHeadBackend>(device: &B::Device) {
+    let data = HeadData::random(9, 6, 16, 5);
+    let (x, _, _, _) = data.tensors::<B>(device, DType::F32);
+    let head = FusedHeadConfig::new(16, 5).init::<B>(device);
+    let expected = head.logits(x.clone()).into_data();
+    assert!(
+        expected.iter::<f32>().any(|v| v != 0.0),
+        "degenerate logits"
+    );
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let bytes = recorder.record(head.into_record(), ()).unwrap();
+    let loaded = FusedHeadConfig::new(16, 5)
+        .init::<B>(device)
+        .load_record(recorder.load(bytes, device).unwrap());
+    assert_eq!(expected, loaded.logits(x).into_data());
+}
+
+macro_rules! module_suite {
+    ($name:ident, $backend:ty, $device:expr) => {
+        mod $name {
+            type B = $backend;
+
+            #[test]
+            fn trains_with_optimizer() {
+                super::trains_with_optimizer::<burn::backend::Autodiff<B>>(&$device);
+            }
+            #[test]
+            fn record_round_trip() {
+                super::record_round_trip::<B>(&$device);
+            }
+        }
+    };
+}
+
+module_suite!(
+    ndarray,
+    burn::backend::NdArray<f32>,
+    burn::backend::ndarray::NdArrayDevice::Cpu
+);
+#[cfg(feature = "wgpu")]
+module_suite!(
+    wgpu_fusion,
+    burn::backend::Vulkan,
+    burn::backend::wgpu::WgpuDevice::default()
+);
+#[cfg(feature = "cuda")]
+module_suite!(
+    cuda_fusion,
+    burn::backend::Cuda,
+    burn::backend::cuda::CudaDevice::default()
+);
