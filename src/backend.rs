@@ -55,7 +55,15 @@ pub trait FusedHeadBackend: Backend {
         let x = float::<Self, 2>(x); // [B, I]
         let weight = float::<Self, 2>(weight); // [C, I]
         let bias = float::<Self, 1>(bias); // [C]
-        let z = x.matmul(weight.transpose()) + bias.unsqueeze_dim(0); // [B, C]
+        let [batch, inputs] = x.dims();
+        let classes = weight.dims()[0];
+        // Some stock matmuls divide by a zero dimension: an empty product is zeros.
+        let xw = if batch * inputs * classes == 0 {
+            Tensor::zeros([batch, classes], (&x.device(), x.dtype()))
+        } else {
+            x.matmul(weight.transpose())
+        }; // [B, C]
+        let z = xw + bias.unsqueeze_dim(0); // [B, C]
         let h = burn::tensor::activation::relu(z.clone()); // [B, C]
         (prim(z), prim(h))
     }
@@ -122,6 +130,13 @@ pub trait FusedHeadBackend: Backend {
     fn head_weight_gradient(dz: FloatTensor<Self>, x: FloatTensor<Self>) -> FloatTensor<Self> {
         let dz = float::<Self, 2>(dz); // [B, C]
         let x = float::<Self, 2>(x); // [B, I]
+        let ([batch, classes], inputs) = (dz.dims(), x.dims()[1]);
+        if batch * classes * inputs == 0 {
+            return prim(Tensor::<Self, 2>::zeros(
+                [classes, inputs],
+                (&x.device(), x.dtype()),
+            ));
+        }
         prim(dz.transpose().matmul(x)) // [C, I]
     }
 
@@ -135,6 +150,13 @@ pub trait FusedHeadBackend: Backend {
     fn head_input_gradient(dz: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
         let dz = float::<Self, 2>(dz); // [B, C]
         let weight = float::<Self, 2>(weight); // [C, I]
+        let ([batch, classes], inputs) = (dz.dims(), weight.dims()[1]);
+        if batch * classes * inputs == 0 {
+            return prim(Tensor::<Self, 2>::zeros(
+                [batch, inputs],
+                (&dz.device(), dz.dtype()),
+            ));
+        }
         prim(dz.matmul(weight)) // [B, I]
     }
 

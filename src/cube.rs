@@ -104,6 +104,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                     labels.into_tensor_arg(),
                     loss_arg,
                     dh_arg,
+                    f32::NAN,
                     units,
                 ),
                 DType::I64 => sce::launch::<F, i64, R>(
@@ -114,6 +115,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                     labels.into_tensor_arg(),
                     loss_arg,
                     dh_arg,
+                    f32::NAN,
                     units,
                 ),
                 DType::U32 => sce::launch::<F, u32, R>(
@@ -124,6 +126,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                     labels.into_tensor_arg(),
                     loss_arg,
                     dh_arg,
+                    f32::NAN,
                     units,
                 ),
                 DType::U64 => sce::launch::<F, u64, R>(
@@ -134,6 +137,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                     labels.into_tensor_arg(),
                     loss_arg,
                     dh_arg,
+                    f32::NAN,
                     units,
                 ),
                 other => panic!(

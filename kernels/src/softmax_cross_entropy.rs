@@ -9,7 +9,8 @@
 //! Subtracting m changes no probability and keeps every exponent <= 0, so no exp overflows.
 //!
 //! A label outside [0, C) is never used as an index: that row gets a NaN loss and a NaN dH row,
-//! so the mean loss and every gradient become NaN instead of silently wrong.
+//! so the mean loss and every gradient become NaN instead of silently wrong. The host passes
+//! `nan = f32::NAN` (a runtime argument, since CUDA's code generator has no NaN literal).
 
 use cubecl::{cube, prelude::*};
 
@@ -21,6 +22,7 @@ pub fn softmax_cross_entropy<F: Float, L: Int>(
     labels: &Tensor<L>,
     loss: &mut Tensor<F>,
     dh: &mut Tensor<F>,
+    nan: f32,
     #[comptime] cube_units: usize,
 ) {
     let batch = h.shape(0);
@@ -59,7 +61,8 @@ pub fn softmax_cross_entropy<F: Float, L: Int>(
     let label = labels[row];
     let valid = label >= L::new(0) && label < L::cast_from(classes);
     let target = select(valid, usize::cast_from(label), 0usize);
-    let nan = F::new(f32::NAN);
+    // NaN arrives as a launch argument: CUDA's code generator has no NaN literal.
+    let nan = F::cast_from(nan);
 
     // 4. Loss: ln(d) - (H[label] - m).
     if unit == 0 {

@@ -1,0 +1,274 @@
+//! The fused head against Burn's stock head, side by side in one process, interleaved per shape.
+//!
+//! cargo bench --bench head                    # NdArray, small shapes (any machine)
+//! cargo bench --bench head --features cuda    # the four CUDA contenders, every shape
+//!
+//! Per shape and contender: first-call latency (kernel compilation, Burn's autotune), then the
+//! steady state after warm-up: the full training step (forward + backward to X, W, b, synced),
+//! the forward alone and the backward alone, as median and p20/p80 over many steps; the memory
+//! CubeCL's pool holds after one step from a cleaned pool (its high-water mark, rounded up to
+//! the pool's pages); and the napkin-math floor of the step on the H200.
+//! Prints one markdown table. Same inputs for every contender.
+
+use std::time::{Duration, Instant};
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Int, Tensor};
+use burn_fused_head::reference::{HeadData, stock_head_loss};
+use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+
+/// H200 floors: device copy bandwidth (read + write counted) and f32 FMA throughput.
+const COPY_BYTES_PER_S: f64 = 4.3e12;
+const F32_FLOPS: f64 = 67e12;
+
+type Head<B> = fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1, Int>) -> Tensor<B, 1>;
+
+struct Row {
+    shape: (usize, usize, usize),
+    contender: String,
+    first_ms: f64,
+    step: Stats,
+    fwd: Stats,
+    bwd: Stats,
+    memory: Option<u64>,
+}
+
+#[derive(Clone, Copy)]
+struct Stats {
+    median: f64,
+    p20: f64,
+    p80: f64,
+}
+
+fn stats(mut ms: Vec<f64>) -> Stats {
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    Stats {
+        median: at(0.5),
+        p20: at(0.2),
+        p80: at(0.8),
+    }
+}
+
+/// Times `f` (which must sync) until `budget` is spent, at least 3 and at most `max` times.
+fn repeat(budget: Duration, max: usize, mut f: impl FnMut() -> f64) -> Vec<f64> {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while out.len() < 3 || (out.len() < max && start.elapsed() < budget) {
+        out.push(f());
+    }
+    out
+}
+
+fn bench<B: AutodiffBackend + FusedHeadBackend>(
+    contender: &str,
+    device: &B::Device,
+    data: &HeadData,
+    head: Head<B>,
+    memory: &dyn Fn(bool) -> Option<u64>,
+) -> Row {
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let sync = || B::sync(device).unwrap();
+    let step = || {
+        let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
+        let grads = loss.backward();
+        let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+        sync();
+        drop(kept);
+    };
+    sync();
+    memory(true); // clean the pool
+    let t = Instant::now();
+    step();
+    let first_ms = t.elapsed().as_secs_f64() * 1e3;
+    let memory = memory(false);
+    for _ in 0..3 {
+        step();
+    }
+    let budget = Duration::from_millis(1500);
+    let step_ms = repeat(budget, 200, || {
+        let t = Instant::now();
+        step();
+        t.elapsed().as_secs_f64() * 1e3
+    });
+    let fwd_ms = repeat(budget, 200, || {
+        let t = Instant::now();
+        let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
+        sync();
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        drop(loss);
+        ms
+    });
+    let bwd_ms = repeat(budget, 200, || {
+        let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
+        sync();
+        let t = Instant::now();
+        let grads = loss.backward();
+        let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+        sync();
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        drop(kept);
+        ms
+    });
+    Row {
+        shape: (data.batch, data.inputs, data.classes),
+        contender: contender.to_string(),
+        first_ms,
+        step: stats(step_ms),
+        fwd: stats(fwd_ms),
+        bwd: stats(bwd_ms),
+        memory,
+    }
+}
+
+/// The floor of one step: bytes that must move (read X, W, b, labels; write dX, dW, db) at copy
+/// bandwidth, or the three GEMMs (6 B I C FLOPs) at f32 FMA rate, whichever is longer. In ms.
+fn floor_ms((b, i, c): (usize, usize, usize)) -> f64 {
+    let bytes = 4.0 * (2.0 * (b * i) as f64 + 2.0 * (c * i) as f64 + 2.0 * c as f64 + b as f64);
+    let flops = 6.0 * (b * i * c) as f64;
+    (bytes / COPY_BYTES_PER_S).max(flops / F32_FLOPS) * 1e3
+}
+
+fn print_table(device_name: &str, rows: &[Row], on_h200: bool) {
+    println!(
+        "\nDevice: {device_name}. Times in ms (median, p20/p80). `vs stock` = stock step median / this step median on the same backend (> 1: faster than stock)."
+    );
+    println!(
+        "| B, I, C | contender | first call | step | step p20/p80 | fwd | bwd | vs stock | memory (MiB) | floor | % of floor |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let backend = row.contender.split(' ').next_back().unwrap_or("");
+        let stock = rows
+            .iter()
+            .find(|r| {
+                r.shape == row.shape
+                    && r.contender.starts_with("stock")
+                    && r.contender.ends_with(backend)
+            })
+            .map(|r| r.step.median);
+        let floor = floor_ms(row.shape);
+        let (floor_s, pct) = if on_h200 {
+            (
+                format!("{floor:.4}"),
+                format!("{:.1}%", 100.0 * floor / row.step.median),
+            )
+        } else {
+            ("-".to_string(), "-".to_string())
+        };
+        let (b, i, c) = row.shape;
+        println!(
+            "| {b}, {i}, {c} | {} | {:.1} | {:.3} | {:.3}/{:.3} | {:.3} | {:.3} | {} | {} | {floor_s} | {pct} |",
+            row.contender,
+            row.first_ms,
+            row.step.median,
+            row.step.p20,
+            row.step.p80,
+            row.fwd.median,
+            row.bwd.median,
+            stock
+                .map(|s| format!("{:.2}x", s / row.step.median))
+                .unwrap_or_default(),
+            row.memory
+                .map(|m| format!("{:.1}", m as f64 / (1 << 20) as f64))
+                .unwrap_or("-".into()),
+        );
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    use burn::backend::{Autodiff, Cuda};
+    use burn_cubecl::CubeBackend;
+    use cubecl::Runtime;
+    use cubecl::cuda::CudaRuntime;
+    type Fused = Autodiff<Cuda>;
+    type Raw = Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>;
+    let device = burn::backend::cuda::CudaDevice::default();
+    let client = CudaRuntime::client(&device);
+    let memory = |clean: bool| {
+        if clean {
+            client.memory_cleanup();
+            None
+        } else {
+            Some(client.memory_usage().unwrap().bytes_reserved)
+        }
+    };
+    let mut shapes = vec![
+        (64, 128, 10),
+        (4096, 512, 10),
+        (65536, 1024, 10),
+        (8192, 4096, 32000),
+    ];
+    shapes.extend([1024, 16384, 131072].map(|b| (b, 1024, 10)));
+    shapes.extend([100, 1000, 8000].map(|c| (8192, 1024, c)));
+    let mut rows = Vec::new();
+    for shape in shapes {
+        let data = HeadData::random(1, shape.0, shape.1, shape.2);
+        eprintln!("shape {shape:?}");
+        rows.push(bench::<Fused>(
+            "ours Cuda",
+            &device,
+            &data,
+            linear_relu_cross_entropy,
+            &memory,
+        ));
+        rows.push(bench::<Fused>(
+            "stock Cuda",
+            &device,
+            &data,
+            stock_head_loss,
+            &memory,
+        ));
+        rows.push(bench::<Raw>(
+            "ours CubeBackend",
+            &device,
+            &data,
+            linear_relu_cross_entropy,
+            &memory,
+        ));
+        rows.push(bench::<Raw>(
+            "stock CubeBackend",
+            &device,
+            &data,
+            stock_head_loss,
+            &memory,
+        ));
+    }
+    print_table(
+        "CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32",
+        &rows,
+        true,
+    );
+}
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    use burn::backend::{Autodiff, NdArray};
+    type B = Autodiff<NdArray<f32>>;
+    let device = Default::default();
+    let mut rows = Vec::new();
+    for shape in [(64, 128, 10), (512, 256, 10), (256, 128, 100)] {
+        let data = HeadData::random(1, shape.0, shape.1, shape.2);
+        rows.push(bench::<B>(
+            "ours NdArray",
+            &device,
+            &data,
+            linear_relu_cross_entropy,
+            &|_| None,
+        ));
+        rows.push(bench::<B>(
+            "stock NdArray",
+            &device,
+            &data,
+            stock_head_loss,
+            &|_| None,
+        ));
+    }
+    print_table(
+        "CPU, NdArray f32 (no kernels: the stock-op bodies)",
+        &rows,
+        false,
+    );
+}
