@@ -55,7 +55,10 @@ fn stats(mut ms: Vec<f64>) -> Stats {
 fn repeat(budget: Duration, max: usize, mut f: impl FnMut() -> f64) -> Vec<f64> {
     let start = Instant::now();
     let mut out = Vec::new();
-    while out.is_empty() || (out.len() < 3 && start.elapsed() < budget) || (out.len() < max && start.elapsed() < budget) {
+    while out.is_empty()
+        || (out.len() < 3 && start.elapsed() < budget)
+        || (out.len() < max && start.elapsed() < budget)
+    {
         out.push(f());
     }
     out

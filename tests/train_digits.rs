@@ -17,14 +17,31 @@ fn fused_head_learns_the_digits_like_the_stock_head() {
     let (_, stock) = train::<B>(HeadKind::Stock, &digits, 10, 64, 2026, &device, false);
 
     for pair in fused.windows(2) {
-        assert!(pair[1].train_loss < pair[0].train_loss, "train loss rose: {fused:?}");
+        assert!(
+            pair[1].train_loss < pair[0].train_loss,
+            "train loss rose: {fused:?}"
+        );
     }
     let last = fused.last().unwrap();
-    assert!(last.test_accuracy > 0.90, "test accuracy {}", last.test_accuracy);
+    assert!(
+        last.test_accuracy > 0.90,
+        "test accuracy {}",
+        last.test_accuracy
+    );
 
     // Drop-in: epoch by epoch, the same curve as the stock head under the seed's gate.
     for (e, (a, b)) in fused.iter().zip(&stock).enumerate() {
-        assert!(within(a.train_loss, b.train_loss), "epoch {e}: train loss {} vs stock {}", a.train_loss, b.train_loss);
-        assert!(within(a.test_loss, b.test_loss), "epoch {e}: test loss {} vs stock {}", a.test_loss, b.test_loss);
+        assert!(
+            within(a.train_loss, b.train_loss),
+            "epoch {e}: train loss {} vs stock {}",
+            a.train_loss,
+            b.train_loss
+        );
+        assert!(
+            within(a.test_loss, b.test_loss),
+            "epoch {e}: test loss {} vs stock {}",
+            a.test_loss,
+            b.test_loss
+        );
     }
 }
