@@ -85,66 +85,19 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         let loss = empty::<R>(&h, [batch]); // [B]
         let dh = empty::<R>(&h, [batch, classes]); // [B, C]
         if batch > 0 {
-            // One cube per row; idle cubes past B (hardware limits on one axis) leave at once.
-            let count = CubeCountSelection::new(&h.client, batch as u32).cube_count();
-            let dim = CubeDim::new_1d(CUBE_UNITS);
-            let client = h.client.clone();
-            let (h, loss_arg, dh_arg) = (
-                h.into_tensor_arg(),
-                loss.clone().into_tensor_arg(),
-                dh.clone().into_tensor_arg(),
-            );
-            let units = CUBE_UNITS as usize;
-            match labels.dtype {
-                DType::I32 => sce::launch::<F, i32, R>(
-                    &client,
-                    count,
-                    dim,
-                    h,
-                    labels.into_tensor_arg(),
-                    loss_arg,
-                    dh_arg,
-                    f32::NAN,
-                    units,
-                ),
-                DType::I64 => sce::launch::<F, i64, R>(
-                    &client,
-                    count,
-                    dim,
-                    h,
-                    labels.into_tensor_arg(),
-                    loss_arg,
-                    dh_arg,
-                    f32::NAN,
-                    units,
-                ),
-                DType::U32 => sce::launch::<F, u32, R>(
-                    &client,
-                    count,
-                    dim,
-                    h,
-                    labels.into_tensor_arg(),
-                    loss_arg,
-                    dh_arg,
-                    f32::NAN,
-                    units,
-                ),
-                DType::U64 => sce::launch::<F, u64, R>(
-                    &client,
-                    count,
-                    dim,
-                    h,
-                    labels.into_tensor_arg(),
-                    loss_arg,
-                    dh_arg,
-                    f32::NAN,
-                    units,
-                ),
+            // The labels' dtype picks the kernel's integer type; none is converted, so a huge
+            // label cannot wrap into [0, C).
+            let launch = match labels.dtype {
+                DType::I32 => launch_softmax_cross_entropy::<R, F, i32>,
+                DType::I64 => launch_softmax_cross_entropy::<R, F, i64>,
+                DType::U32 => launch_softmax_cross_entropy::<R, F, u32>,
+                DType::U64 => launch_softmax_cross_entropy::<R, F, u64>,
                 other => panic!(
                     "=== burn-fused-head error ===\n  Operation: '{op}'\n  Reason: labels of dtype {other:?} \
                      are not supported; supported: I32, I64, U32, U64"
                 ),
-            }
+            };
+            launch(h, labels, loss.clone(), dh.clone());
         }
         (loss, dh)
     }
@@ -276,6 +229,30 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         );
         out
     }
+}
+
+/// Stage 2's launch for labels of type `L`: one cube per row; idle cubes past B (hardware
+/// limits on one axis) leave at once.
+fn launch_softmax_cross_entropy<R: CubeRuntime, F: FloatElement, L: IntElement>(
+    h: CubeTensor<R>,
+    labels: CubeTensor<R>,
+    loss: CubeTensor<R>,
+    dh: CubeTensor<R>,
+) {
+    let batch = h.shape()[0];
+    let count = CubeCountSelection::new(&h.client, batch as u32).cube_count();
+    let client = h.client.clone();
+    sce::launch::<F, L, R>(
+        &client,
+        count,
+        CubeDim::new_1d(CUBE_UNITS),
+        h.into_tensor_arg(),
+        labels.into_tensor_arg(),
+        loss.into_tensor_arg(),
+        dh.into_tensor_arg(),
+        f32::NAN,
+        CUBE_UNITS as usize,
+    );
 }
 
 /// Every float input is F (the kernels are compiled for F), on one device, and the kernels run

@@ -5,7 +5,8 @@
 //! grows too loose with magnitude. What remains is ordinary float ordering (the kernels
 //! accumulate in f32, the reference in f64).
 
-use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 
 use crate::backend::FusedHeadBackend;
 
@@ -197,11 +198,11 @@ pub fn run_stages<B: FusedHeadBackend>(
 
 /// A float primitive's values as f64, row-major.
 fn read<B: FusedHeadBackend>(t: burn::tensor::ops::FloatTensor<B>) -> Vec<f64> {
-    let n = t.shape().num_elements();
-    let t = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::float_reshape(
-        t,
-        Shape::new([n]),
-    )));
+    values(Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)))
+}
+
+/// A tensor's values as f64, row-major (reads back from the device).
+pub fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
     t.into_data()
         .convert_dtype(DType::F64)
         .to_vec::<f64>()

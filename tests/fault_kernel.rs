@@ -62,11 +62,9 @@ fn only_dw_fails<R: CubeRuntime>(device: &R::Device) {
         x.into_tensor_arg(),
         dw.clone().into_tensor_arg(),
     );
-    got.dw = Tensor::<B<R>, 2>::from_primitive(TensorPrimitive::Float(dw))
-        .into_data()
-        .convert_dtype(DType::F64)
-        .to_vec()
-        .unwrap();
+    got.dw = common::to_f64(Tensor::<B<R>, 2>::from_primitive(TensorPrimitive::Float(
+        dw,
+    )));
 
     let reports = got.gates(&reference_stages(&data, 1.0));
     let failed: Vec<&str> = reports

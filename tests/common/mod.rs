@@ -3,7 +3,7 @@
 
 use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
 use burn_fused_head::gates::{GateReport, StageOutputs, gate, run_stages};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
@@ -70,12 +70,7 @@ pub struct HeadGrads {
     pub db: Vec<f64>,
 }
 
-pub fn to_f64<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
-    t.into_data()
-        .convert_dtype(DType::F64)
-        .to_vec::<f64>()
-        .unwrap()
-}
+pub use burn_fused_head::gates::values as to_f64;
 
 /// Loss and gradients of `scale * head(x, w, b, labels)` on an autodiff backend, where `head`
 /// is either our op or the stock head.
