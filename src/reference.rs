@@ -86,6 +86,21 @@ impl HeadData {
     }
 }
 
+/// A tensor of `shape` with values uniform in `[-bound, bound)` from `seed`, the same on every
+/// backend (Burn's own random init draws from each backend's generator, so runs on NdArray and
+/// CUDA would start from different weights).
+pub fn seeded_uniform<B: Backend, const D: usize>(
+    seed: u64,
+    shape: [usize; D],
+    bound: f64,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let mut rng = SplitMix64(seed);
+    let n = shape.iter().product();
+    let values: Vec<f32> = (0..n).map(|_| rng.uniform(-bound, bound)).collect();
+    Tensor::from_data(TensorData::new(values, shape), (device, DType::F32))
+}
+
 /// SplitMix64: a tiny, fixed, portable generator, so inputs do not depend on a crate version.
 struct SplitMix64(u64);
 

@@ -2,12 +2,13 @@
 //! behind a stock `Linear`, and survives a record round trip. One instantiation per backend.
 
 use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
+use burn::module::Param;
+use burn::nn::Linear;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor};
-use burn_fused_head::reference::HeadData;
+use burn_fused_head::reference::{HeadData, seeded_uniform};
 use burn_fused_head::{FusedHead, FusedHeadBackend, FusedHeadConfig};
 
 #[derive(Module, Debug)]
@@ -17,10 +18,21 @@ struct Mlp<B: Backend> {
 }
 
 impl<B: FusedHeadBackend> Mlp<B> {
+    /// Weights from a fixed seed, the same on every backend.
     fn new(device: &B::Device) -> Self {
+        let param = |seed, shape: [usize; 2], bound| {
+            Param::from_tensor(seeded_uniform(seed, shape, bound, device))
+        };
+        let vector = |seed, n, bound| Param::from_tensor(seeded_uniform(seed, [n], bound, device));
         Self {
-            hidden: LinearConfig::new(8, 16).init(device),
-            head: FusedHeadConfig::new(16, 4).init(device),
+            hidden: Linear {
+                weight: param(1, [8, 16], 0.35),
+                bias: Some(vector(2, 16, 0.35)),
+            },
+            head: FusedHead {
+                weight: param(3, [4, 16], 0.25),
+                bias: vector(4, 4, 0.25),
+            },
         }
     }
 
@@ -54,7 +66,6 @@ where
     B: FusedHeadBackend,
     B::InnerBackend: FusedHeadBackend,
 {
-    B::seed(device, 5);
     let data = teacher_data(64, 8, 4);
     let (x, _, _, labels) = data.tensors::<B>(device, DType::F32);
     let mut model = Mlp::<B>::new(device);
