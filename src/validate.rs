@@ -144,13 +144,15 @@ pub(crate) fn same_device<D: PartialEq + core::fmt::Debug>(op: &str, devices: &[
     }
 }
 
+/// Shapes of X, W, b and (when given) labels.
+pub(crate) type HeadShapes<'a> = (&'a [usize], &'a [usize], &'a [usize], Option<&'a [usize]>);
+
 /// The whole op's inputs: shapes, devices, dtypes and sizes, for a backend with `limits`.
 /// Returns `(B, I, C)`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn head_inputs<D: PartialEq + core::fmt::Debug>(
     op: &str,
     limits: &HeadLimits,
-    shapes: (&[usize], &[usize], &[usize], Option<&[usize]>),
+    shapes: HeadShapes<'_>,
     devices: &[(&str, D)],
     dtypes: &[DType],
 ) -> (usize, usize, usize) {

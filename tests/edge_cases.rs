@@ -23,7 +23,8 @@ fn panic_message(f: impl FnOnce()) -> String {
 /// Shape mismatches are refused before anything runs, naming the shapes.
 fn shape_mismatches<B: FusedHeadBackend>(device: &B::Device) {
     let device = device.clone();
-    let tensors = move |b: usize, i: usize, wi: usize, c: usize, bc: usize, nl: usize| {
+    // (B, I of X, I of W, C of W, length of b, length of labels)
+    let tensors = move |[b, i, wi, c, bc, nl]: [usize; 6]| {
         let f = |shape: [usize; 2]| Tensor::<B, 2>::zeros(shape, (&device, DType::F32));
         let labels = Tensor::<B, 1, Int>::zeros([nl], &device);
         (
@@ -33,14 +34,14 @@ fn shape_mismatches<B: FusedHeadBackend>(device: &B::Device) {
             labels,
         )
     };
-    let cases: [((usize, usize, usize, usize, usize, usize), &str); 4] = [
-        ((4, 3, 5, 2, 2, 4), "their I differ (3 vs 5)"),
-        ((4, 3, 3, 2, 7, 4), "b must be [C] = [2]"),
-        ((4, 3, 3, 2, 2, 5), "labels must be [B] = [4]"),
-        ((4, 3, 3, 0, 0, 4), "C = 0 classes"),
+    let cases = [
+        ([4, 3, 5, 2, 2, 4], "their I differ (3 vs 5)"),
+        ([4, 3, 3, 2, 7, 4], "b must be [C] = [2]"),
+        ([4, 3, 3, 2, 2, 5], "labels must be [B] = [4]"),
+        ([4, 3, 3, 0, 0, 4], "C = 0 classes"),
     ];
-    for ((b, i, wi, c, bc, nl), expected) in cases {
-        let (x, w, bias, labels) = tensors(b, i, wi, c, bc, nl);
+    for (dims, expected) in cases {
+        let (x, w, bias, labels) = tensors(dims);
         let msg = panic_message(move || {
             linear_relu_cross_entropy(x, w, bias, labels);
         });

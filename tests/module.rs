@@ -61,9 +61,9 @@ fn teacher_data(batch: usize, inputs: usize, classes: usize) -> HeadData {
 
 /// 120 SGD steps on one batch of learnable labels: the loss must fall to under half its first
 /// value, and W must have moved.
-fn trains_with_optimizer<B: AutodiffBackend>(device: &B::Device)
+fn trains_with_optimizer<B>(device: &B::Device)
 where
-    B: FusedHeadBackend,
+    B: AutodiffBackend + FusedHeadBackend,
     B::InnerBackend: FusedHeadBackend,
 {
     let data = teacher_data(64, 8, 4);
