@@ -14,7 +14,7 @@ use burn::module::Param;
 use burn::nn::Linear;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use burn_fused_head::gates::{GATE_NAMES, gate, run_stages};
+use burn_fused_head::gates::{GATE_NAMES, run_stages};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
 use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
 use common::*;
@@ -203,13 +203,28 @@ fn preceded_by_stock_linear<B: FusedHeadBackend>(device: &B::Device) {
         DType::F64,
         stock_head_loss,
     );
+    // These gradients come out of the stock Linear's own matmuls, not out of our kernels (whose
+    // outputs every other test gates). On CUDA those matmuls use TF32 (10-bit mantissa, about
+    // 1e-3 relative), so the bound adds twice the error of the whole stock model on the same
+    // backend (FlashAttention's "no worse than k x the baseline"): on NdArray and wgpu that term
+    // is ~1e-7 and the check is the seed's gate.
+    let stock = run::<Autodiff<B>>(&first, &head, device, DType::F32, stock_head_loss);
     let names = ["Linear W", "Linear b", "X0"];
-    let reports: Vec<_> = names
-        .iter()
-        .zip(got.iter().zip(&want))
-        .map(|(n, (g, w))| gate(n, g, w))
-        .collect();
-    assert_gates("stock Linear before the head", &reports);
+    for (k, name) in names.iter().enumerate() {
+        let baseline = stock[k]
+            .iter()
+            .zip(&want[k])
+            .map(|(s, w)| (s - w).abs())
+            .fold(0.0, f64::max);
+        for (i, (g, w)) in got[k].iter().zip(&want[k]).enumerate() {
+            let bound = 2e-5 + 2e-4 * w.abs() + 2.0 * baseline;
+            assert!(
+                (g - w).abs() <= bound,
+                "{name}[{i}]: got {g:e}, want {w:e}, |diff| {:e} > {bound:e} (stock's max error {baseline:e})",
+                (g - w).abs()
+            );
+        }
+    }
     assert!(
         got[0].iter().any(|v| *v != 0.0),
         "no gradient reached the Linear layer"
