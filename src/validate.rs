@@ -170,3 +170,84 @@ pub(crate) fn head_inputs<D: PartialEq + core::fmt::Debug>(
     );
     (batch, inputs, classes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CubeCL kernels' limits (32-bit addressing, f32).
+    const KERNELS: HeadLimits = HeadLimits {
+        float_dtypes: Some(&[DType::F32]),
+        max_elements: u32::MAX as usize,
+    };
+
+    fn message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+        let err = std::panic::catch_unwind(f).expect_err("expected a panic");
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn refuses_inputs_on_two_devices() {
+        let msg = message(|| {
+            head_inputs(
+                "op",
+                &KERNELS,
+                (&[2, 3], &[4, 3], &[4], Some(&[2])),
+                &[("X", 0), ("W", 1)],
+                &[DType::F32],
+            );
+        });
+        assert!(msg.contains("W is on 1 but X is on 0"), "{msg}");
+    }
+
+    #[test]
+    fn refuses_sizes_past_32_bit_addressing() {
+        // B I = 2^17 * 2^16 = 2^33 elements: would wrap a u32 index.
+        let msg = message(|| {
+            head_inputs(
+                "op",
+                &KERNELS,
+                (&[1 << 17, 1 << 16], &[2, 1 << 16], &[2], None),
+                &[("X", 0)],
+                &[DType::F32],
+            );
+        });
+        assert!(msg.contains("X [B, I] has 8589934592 elements"), "{msg}");
+        // Just under the limit passes.
+        head_inputs(
+            "op",
+            &KERNELS,
+            (&[(1 << 16) - 1, 1 << 16], &[2, 1 << 16], &[2], None),
+            &[("X", 0)],
+            &[DType::F32],
+        );
+    }
+
+    #[test]
+    fn refuses_unsupported_and_mixed_dtypes() {
+        let shapes: HeadShapes = (&[2, 3], &[4, 3], &[4], None);
+        let msg = message(|| {
+            head_inputs(
+                "op",
+                &KERNELS,
+                shapes,
+                &[("X", 0)],
+                &[DType::F16, DType::F16],
+            );
+        });
+        assert!(
+            msg.contains("dtype F16 is not supported") && msg.contains("F32"),
+            "{msg}"
+        );
+        let msg = message(|| {
+            head_inputs(
+                "op",
+                &KERNELS,
+                shapes,
+                &[("X", 0)],
+                &[DType::F32, DType::F64],
+            );
+        });
+        assert!(msg.contains("one dtype"), "{msg}");
+    }
+}
