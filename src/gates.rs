@@ -6,7 +6,7 @@
 //! accumulate in f32, the reference in f64).
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
 use crate::backend::FusedHeadBackend;
 
@@ -198,7 +198,9 @@ pub fn run_stages<B: FusedHeadBackend>(
 
 /// A float primitive's values as f64, row-major.
 fn read<B: FusedHeadBackend>(t: burn::tensor::ops::FloatTensor<B>) -> Vec<f64> {
-    values(Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)))
+    let n = t.shape().num_elements();
+    let flat = B::float_reshape(t, Shape::new([n])); // [n]
+    values(Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(flat)))
 }
 
 /// A tensor's values as f64, row-major (reads back from the device).
