@@ -5,9 +5,10 @@
 //!
 //! Per shape and contender: first-call latency (kernel compilation, Burn's autotune), then the
 //! steady state after warm-up: the full training step (forward + backward to X, W, b, synced),
-//! the forward alone and the backward alone, as median and p20/p80 over many steps; the memory
-//! CubeCL's pool holds after one step from a cleaned pool (its high-water mark, rounded up to
-//! the pool's pages); and the napkin-math floor of the step on the H200.
+//! the forward alone and the backward alone, as median and p20/p80 over many steps; on CUDA the
+//! peak memory of a step, measured in a fresh process per contender (the bytes CubeCL's pool
+//! holds after a warm-up step, a cleanup and one more step: the pool's high-water mark, in its
+//! pages, inputs included); and the napkin-math floor of the step on the H200.
 //! Prints one markdown table. Same inputs for every contender.
 
 use std::time::{Duration, Instant};
@@ -16,6 +17,9 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
 use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+
+/// Time spent on each of the step, forward and backward measures of one contender and shape.
+const BUDGET_MS: u64 = 500;
 
 /// H200 floors: device copy bandwidth (read + write counted) and f32 FMA throughput.
 const COPY_BYTES_PER_S: f64 = 4.3e12;
@@ -91,7 +95,7 @@ fn bench<B: AutodiffBackend + FusedHeadBackend>(
     for _ in 0..warmups {
         step();
     }
-    let budget = Duration::from_millis(1000);
+    let budget = Duration::from_millis(BUDGET_MS);
     let step_ms = repeat(budget, 200, || {
         let t = Instant::now();
         step();
@@ -187,8 +191,26 @@ fn print_rows(rows: &[Row], on_h200: bool) {
     }
 }
 
+/// The four CUDA contenders, in the order of their rows.
 #[cfg(feature = "cuda")]
-fn main() {
+const CUDA_CONTENDERS: [&str; 4] = [
+    "ours Cuda",
+    "stock Cuda",
+    "ours CubeBackend",
+    "stock CubeBackend",
+];
+
+/// What [`cuda_contender`] measured.
+#[cfg(feature = "cuda")]
+enum Measured {
+    Row(Row),
+    Memory(u64),
+}
+
+/// Runs CUDA contender `which` on `data`: its full row, or (`memory_only`) one warm-up step, a
+/// pool cleanup and one more step, returning the bytes CubeCL's pool then holds.
+#[cfg(feature = "cuda")]
+fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured {
     use burn::backend::{Autodiff, Cuda};
     use burn_cubecl::CubeBackend;
     use cubecl::Runtime;
@@ -196,48 +218,110 @@ fn main() {
     type Fused = Autodiff<Cuda>;
     type Raw = Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>;
     let device = burn::backend::cuda::CudaDevice::default();
-    let client = CudaRuntime::client(&device);
-    let memory = |clean: bool| {
-        if clean {
+    let name = CUDA_CONTENDERS[which];
+    if memory_only {
+        let client = CudaRuntime::client(&device);
+        let step_then_reserved = |step: &dyn Fn()| {
+            step();
             client.memory_cleanup();
-            None
-        } else {
-            Some(client.memory_usage().unwrap().bytes_reserved)
+            step();
+            client.memory_usage().unwrap().bytes_reserved
+        };
+        return Measured::Memory(match which {
+            0 => {
+                step_then_reserved(&|| one_step::<Fused>(&device, data, linear_relu_cross_entropy))
+            }
+            1 => step_then_reserved(&|| one_step::<Fused>(&device, data, stock_head_loss)),
+            2 => step_then_reserved(&|| one_step::<Raw>(&device, data, linear_relu_cross_entropy)),
+            _ => step_then_reserved(&|| one_step::<Raw>(&device, data, stock_head_loss)),
+        });
+    }
+    let none = &|_| None;
+    Measured::Row(match which {
+        0 => bench::<Fused>(name, &device, data, linear_relu_cross_entropy, none),
+        1 => bench::<Fused>(name, &device, data, stock_head_loss, none),
+        2 => bench::<Raw>(name, &device, data, linear_relu_cross_entropy, none),
+        _ => bench::<Raw>(name, &device, data, stock_head_loss, none),
+    })
+}
+
+/// One synced training step on fresh copies of the inputs (the memory measure).
+#[cfg(feature = "cuda")]
+fn one_step<B: AutodiffBackend + FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    head: Head<B>,
+) {
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let loss = head(x.clone(), w.clone(), b.clone(), labels);
+    let grads = loss.backward();
+    let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+    B::sync(device).unwrap();
+    drop(kept);
+}
+
+/// The peak-memory measure of one contender, in a fresh process (this executable with
+/// `--memory`), so that no other contender's pages are in its pool. `None` if it failed.
+#[cfg(feature = "cuda")]
+fn memory_in_fresh_process(which: usize, (b, i, c): (usize, usize, usize)) -> Option<u64> {
+    let out = std::process::Command::new(std::env::current_exe().ok()?)
+        .args([
+            "--memory",
+            &which.to_string(),
+            &b.to_string(),
+            &i.to_string(),
+            &c.to_string(),
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find_map(|l| l.strip_prefix("MEMORY "));
+    if line.is_none() {
+        eprintln!(
+            "memory measure of {} failed: {}",
+            CUDA_CONTENDERS[which],
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    line?.trim().parse().ok()
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(k) = args.iter().position(|a| a == "--memory") {
+        let n = |j: usize| args[k + j].parse::<usize>().expect("--memory WHICH B I C");
+        let data = HeadData::random(1, n(2), n(3), n(4));
+        if let Measured::Memory(bytes) = cuda_contender(n(1), &data, true) {
+            println!("MEMORY {bytes}");
         }
-    };
-    // The largest shape last: the naive kernels take seconds per step there.
+        return;
+    }
+    // The largest shape last: the run reports every other shape even if it is cut short there.
     let mut shapes = vec![(64, 128, 10), (4096, 512, 10), (65536, 1024, 10)];
-    shapes.extend([1024, 16384, 131072].map(|b| (b, 1024, 10)));
-    shapes.extend([100, 1000, 8000].map(|c| (8192, 1024, c)));
+    shapes.extend([1024, 16384].map(|b| (b, 1024, 10)));
+    shapes.extend([10, 100, 1000, 8000].map(|c| (8192, 1024, c)));
     shapes.push((8192, 4096, 32000));
     print_header("CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32");
     for shape in shapes {
         let data = HeadData::random(1, shape.0, shape.1, shape.2);
         eprintln!("shape {shape:?}");
-        let rows = [
-            bench::<Fused>(
-                "ours Cuda",
-                &device,
-                &data,
-                linear_relu_cross_entropy,
-                &memory,
-            ),
-            bench::<Fused>("stock Cuda", &device, &data, stock_head_loss, &memory),
-            bench::<Raw>(
-                "ours CubeBackend",
-                &device,
-                &data,
-                linear_relu_cross_entropy,
-                &memory,
-            ),
-            bench::<Raw>(
-                "stock CubeBackend",
-                &device,
-                &data,
-                stock_head_loss,
-                &memory,
-            ),
-        ];
+        // `--ours-only`: a quick look at our two contenders while tuning (no stock, no memory);
+        // never the source of BENCHMARKS.md.
+        let ours_only = args.iter().any(|a| a == "--ours-only");
+        let rows: Vec<Row> = (0..CUDA_CONTENDERS.len())
+            .filter(|which| !ours_only || which % 2 == 0)
+            .map(|which| {
+                let Measured::Row(mut row) = cuda_contender(which, &data, false) else {
+                    unreachable!("a timing run returns its row")
+                };
+                if !ours_only {
+                    row.memory = memory_in_fresh_process(which, shape);
+                }
+                row
+            })
+            .collect();
         print_rows(&rows, true);
     }
 }

@@ -11,7 +11,7 @@
 
 use burn::backend::NdArray;
 use burn::tensor::DType;
-use burn_fused_head::gates::{StageOutputs, run_stages};
+use burn_fused_head::gates::{FastOutputs, StageOutputs, run_fast_path, run_stages};
 use burn_fused_head::reference::HeadData;
 
 /// B, I, C of the pass, and the seed of its inputs.
@@ -40,6 +40,18 @@ fn main() {
         }
     }
     println!("mean loss {:.6} (reference {:.6})", got.loss, want.loss);
+
+    // The fast path, as the op runs under autodiff: the fused forward and backward kernels.
+    let fast = fast_path_under_test(&data);
+    println!("fast path (head_forward + head_backward):");
+    println!("{:<5} {:>12} verdict", "gate", "max abs err");
+    for report in fast.gates(&want) {
+        println!("{report}");
+        if !report.passed() {
+            println!("FAIL: fast-path gate {} failed", report.name);
+            std::process::exit(1);
+        }
+    }
     println!("PASS");
 }
 
@@ -73,4 +85,25 @@ fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
         "NdArray (stock-op bodies), f32",
         run_stages(x, w, b, labels, 1.0),
     )
+}
+
+#[cfg(feature = "cuda")]
+fn fast_path_under_test(data: &HeadData) -> FastOutputs {
+    let device = burn::backend::cuda::CudaDevice::default();
+    let (x, w, b, labels) = data.tensors::<burn::backend::Cuda>(&device, DType::F32);
+    run_fast_path(x, w, b, labels, 1.0)
+}
+
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+fn fast_path_under_test(data: &HeadData) -> FastOutputs {
+    let device = burn::backend::wgpu::WgpuDevice::default();
+    let (x, w, b, labels) = data.tensors::<burn::backend::Vulkan>(&device, DType::F32);
+    run_fast_path(x, w, b, labels, 1.0)
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn fast_path_under_test(data: &HeadData) -> FastOutputs {
+    let device = Default::default();
+    let (x, w, b, labels) = data.tensors::<NdArray<f32>>(&device, DType::F32);
+    run_fast_path(x, w, b, labels, 1.0)
 }

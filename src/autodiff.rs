@@ -1,4 +1,5 @@
-//! `Autodiff<B, C>`: the fused forward on B, and one backward step made of stages 3 to 6.
+//! `Autodiff<B, C>`: B's fused forward, and one backward step running B's fused backward
+//! (stages 3 to 6).
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -8,7 +9,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
-use crate::backend::{FusedHeadBackend, HeadLimits};
+use crate::backend::{FusedHeadBackend, HeadLimits, HeadWanted};
 
 /// Only the loss is overridden: the stages keep their stock-op bodies on `Autodiff`, which
 /// autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
@@ -45,15 +46,20 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
                 let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
                 let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
 
-                let dz = B::head_relu_backward(z, dh, grad_loss); // [B, C]
-                if let Some(node) = node_weight {
-                    grads.register::<B>(node.id, B::head_weight_gradient(dz.clone(), x)); // [C, I]
-                }
-                if let Some(node) = node_bias {
-                    grads.register::<B>(node.id, B::head_bias_gradient(dz.clone())); // [C]
-                }
-                if let Some(node) = node_x {
-                    grads.register::<B>(node.id, B::head_input_gradient(dz, weight)); // [B, I]
+                let wanted = HeadWanted {
+                    x: node_x.is_some(),
+                    weight: node_weight.is_some(),
+                    bias: node_bias.is_some(),
+                };
+                let out = B::head_backward(x, weight, z, dh, grad_loss, wanted);
+                for (node, grad) in [
+                    (node_x, out.x),
+                    (node_weight, out.weight),
+                    (node_bias, out.bias),
+                ] {
+                    if let (Some(node), Some(grad)) = (node, grad) {
+                        grads.register::<B>(node.id, grad);
+                    }
                 }
             }
         }

@@ -20,6 +20,29 @@ pub struct HeadForward<B: Backend> {
     pub dh: FloatTensor<B>,
 }
 
+/// Which gradients a backward pass must produce: those of the tracked inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadWanted {
+    /// dX [B, I].
+    pub x: bool,
+    /// dW [C, I].
+    pub weight: bool,
+    /// db [C].
+    pub bias: bool,
+}
+
+/// The gradients of one backward pass, scaled by the upstream gradient; `None` where not
+/// wanted (see [`HeadWanted`]).
+#[derive(Debug, Clone)]
+pub struct HeadGradients<B: Backend> {
+    /// dX = dZ W, [B, I].
+    pub x: Option<FloatTensor<B>>,
+    /// dW = dZ^T X, [C, I].
+    pub weight: Option<FloatTensor<B>>,
+    /// db = column_sum(dZ), [C].
+    pub bias: Option<FloatTensor<B>>,
+}
+
 /// What a backend's implementation of the op accepts, checked before anything runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadLimits {
@@ -169,6 +192,7 @@ pub trait FusedHeadBackend: Backend {
     }
 
     /// The fused forward: stages 1 and 2 and the mean, keeping Z and dH for the backward pass.
+    /// The default runs the stages one by one.
     fn head_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -184,8 +208,32 @@ pub trait FusedHeadBackend: Backend {
         }
     }
 
-    /// The loss alone, [1]. [`Autodiff`](burn::backend::Autodiff) overrides this with the fused
-    /// forward and a backward step made of stages 3 to 6.
+    /// The fused backward: stages 3 to 6 from what [`head_forward`](Self::head_forward) kept,
+    /// for the upstream gradient `grad_loss` [1], producing only the wanted gradients.
+    ///
+    /// The default runs the stages one by one; the CubeCL backends override this (and
+    /// `head_forward`) with fused and tiled kernels, checked against the stages by the tests.
+    fn head_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        z: FloatTensor<Self>,
+        dh: FloatTensor<Self>,
+        grad_loss: FloatTensor<Self>,
+        wanted: HeadWanted,
+    ) -> HeadGradients<Self> {
+        let dz = Self::head_relu_backward(z, dh, grad_loss); // [B, C]
+        HeadGradients {
+            weight: wanted
+                .weight
+                .then(|| Self::head_weight_gradient(dz.clone(), x)), // [C, I]
+            bias: wanted.bias.then(|| Self::head_bias_gradient(dz.clone())), // [C]
+            x: wanted.x.then(|| Self::head_input_gradient(dz, weight)),      // [B, I]
+        }
+    }
+
+    /// The loss alone, [1]. [`Autodiff`](burn::backend::Autodiff) overrides this with
+    /// [`head_forward`](Self::head_forward) and a backward step that runs
+    /// [`head_backward`](Self::head_backward).
     fn linear_relu_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

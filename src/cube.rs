@@ -14,13 +14,26 @@ use cubecl::server::CubeCountSelection;
 use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
 use kernels::softmax_cross_entropy::softmax_cross_entropy as sce;
 
-use crate::backend::{FusedHeadBackend, HeadLimits};
+use crate::backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadWanted};
 use crate::validate;
 
 /// Units per cube. Element-wise kernels: 256 is a multiple of every plane size and well under
 /// every runtime's limit. Row and column reductions: the tree in shared memory needs a power
 /// of two, and 256 covers C (or B) of any size with a strided loop.
 const CUBE_UNITS: u32 = 256;
+
+/// Up to this many classes, `head_forward` and `head_backward` run the fused small-C kernels
+/// (their register arrays grow with C); above, the tiled ones.
+const SMALL_CLASSES: usize = 32;
+
+/// Rows per chunk of the small-C backward: at least this many, so that the partial sums of dW
+/// stay small next to X. The chunking depends on B only, never on the device, so the same
+/// inputs give the same bits on every GPU.
+const MIN_CHUNK_ROWS: usize = 64;
+/// At most this many chunks (cubes along the batch) in the small-C backward.
+const MAX_CHUNKS: usize = 512;
+/// Rows of dZ staged in shared memory at a time by the small-C backward.
+const STAGE_ROWS: usize = 32;
 
 /// What the kernels accept: f32 only (the gates are f32 gates), and 32-bit addressing.
 const LIMITS: HeadLimits = HeadLimits {
@@ -85,17 +98,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         let loss = empty::<R>(&h, [batch]); // [B]
         let dh = empty::<R>(&h, [batch, classes]); // [B, C]
         if batch > 0 {
-            // The labels' dtype picks the kernel's integer type; none is converted, so a huge
-            // label cannot wrap into [0, C).
-            let launch = match labels.dtype {
-                DType::I32 => launch_softmax_cross_entropy::<R, F, i32>,
-                DType::I64 => launch_softmax_cross_entropy::<R, F, i64>,
-                DType::U32 => launch_softmax_cross_entropy::<R, F, u32>,
-                DType::U64 => launch_softmax_cross_entropy::<R, F, u64>,
-                other => panic!(
-                    "=== burn-fused-head error ===\n  Operation: '{op}'\n  Reason: labels of dtype {other:?} \
-                     are not supported; supported: I32, I64, U32, U64"
-                ),
+            let launch = match label_type(op, labels.dtype) {
+                LabelType::I32 => launch_softmax_cross_entropy::<R, F, i32>,
+                LabelType::I64 => launch_softmax_cross_entropy::<R, F, i64>,
+                LabelType::U32 => launch_softmax_cross_entropy::<R, F, u32>,
+                LabelType::U64 => launch_softmax_cross_entropy::<R, F, u64>,
             };
             launch(h, labels, loss.clone(), dh.clone());
         }
@@ -213,6 +220,141 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         dx
     }
 
+    fn head_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> HeadForward<Self> {
+        let op = "head_forward";
+        check::<R, F>(op, &[&x, &weight, &bias]);
+        x.assert_is_on_same_device(&labels);
+        let (batch, _inputs, classes) =
+            validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
+        validate::same_dim(
+            op,
+            "labels must be [B]",
+            &x.shape(),
+            &labels.shape(),
+            (0, 0),
+        );
+        if classes > SMALL_CLASSES {
+            let (z, h) = tiled_linear_relu_forward::<R, F>(x, weight, bias); // [B, C] each
+            let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
+            return HeadForward {
+                loss: Self::head_mean_loss(loss_rows),
+                z,
+                dh,
+            };
+        }
+        let (x, weight, bias, labels) = (
+            into_contiguous(x),
+            into_contiguous(weight),
+            into_contiguous(bias),
+            into_contiguous(labels),
+        );
+        let z = empty::<R>(&x, [batch, classes]); // [B, C]
+        let dh = empty::<R>(&x, [batch, classes]); // [B, C]
+        let loss_rows = empty::<R>(&x, [batch]); // [B]
+        if batch > 0 {
+            let launch = match label_type(op, labels.dtype) {
+                LabelType::I32 => launch_small_classes_forward::<R, F, i32>,
+                LabelType::I64 => launch_small_classes_forward::<R, F, i64>,
+                LabelType::U32 => launch_small_classes_forward::<R, F, u32>,
+                LabelType::U64 => launch_small_classes_forward::<R, F, u64>,
+            };
+            launch(
+                [&x, &weight, &bias, &labels],
+                [&z, &loss_rows, &dh],
+                classes,
+            );
+        }
+        HeadForward {
+            loss: Self::head_mean_loss(loss_rows),
+            z,
+            dh,
+        }
+    }
+
+    fn head_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        z: FloatTensor<Self>,
+        dh: FloatTensor<Self>,
+        grad_loss: FloatTensor<Self>,
+        wanted: HeadWanted,
+    ) -> HeadGradients<Self> {
+        let op = "head_backward";
+        check::<R, F>(op, &[&x, &weight, &z, &dh, &grad_loss]);
+        let [batch, inputs] = validate::rank2(op, "X [B, I]", &x.shape());
+        let [classes, _] = validate::rank2(op, "W [C, I]", &weight.shape());
+        validate::same_dim(
+            op,
+            "X [B, I] and W [C, I] must share I",
+            &x.shape(),
+            &weight.shape(),
+            (1, 1),
+        );
+        validate::same_shape(op, "Z", &z.shape(), "[B, C]", &[batch, classes]);
+        validate::same_shape(op, "dH", &dh.shape(), "[B, C]", &[batch, classes]);
+        validate::same_shape(
+            op,
+            "upstream gradient",
+            &grad_loss.shape(),
+            "the loss",
+            &[1],
+        );
+        if classes > SMALL_CLASSES {
+            return tiled_backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted);
+        }
+        let (x, weight, z, dh, grad_loss) = (
+            into_contiguous(x),
+            into_contiguous(weight),
+            into_contiguous(z),
+            into_contiguous(dh),
+            into_contiguous(grad_loss),
+        );
+        // Geometry: columns per unit shrink as C grows (registers: 2 C cols values per unit).
+        let cols = match classes {
+            0..=8 => 4,
+            9..=16 => 2,
+            _ => 1,
+        };
+        let col_tiles = inputs.div_ceil(CUBE_UNITS as usize * cols).max(1);
+        let chunk_rows = batch.div_ceil(MAX_CHUNKS).max(MIN_CHUNK_ROWS);
+        let chunks = batch.div_ceil(chunk_rows);
+        let dx = empty::<R>(&x, if wanted.x { [batch, inputs] } else { [1, 1] });
+        let dw_part = empty::<R>(&x, [chunks, classes, inputs]); // [P, C, I]
+        let db_part = empty::<R>(&x, [chunks, classes]); // [P, C]
+        if chunks > 0 {
+            kernels::small_classes_backward::small_classes_backward::launch::<F, R>(
+                &x.client,
+                CubeCount::new_2d(col_tiles as u32, chunks as u32),
+                CubeDim::new_1d(CUBE_UNITS),
+                x.clone().into_tensor_arg(),
+                weight.into_tensor_arg(),
+                z.into_tensor_arg(),
+                dh.into_tensor_arg(),
+                grad_loss.into_tensor_arg(),
+                dx.clone().into_tensor_arg(),
+                dw_part.clone().into_tensor_arg(),
+                db_part.clone().into_tensor_arg(),
+                chunk_rows as u32,
+                classes,
+                cols,
+                STAGE_ROWS,
+                wanted.x,
+            );
+        }
+        HeadGradients {
+            x: wanted.x.then_some(dx),
+            weight: wanted
+                .weight
+                .then(|| partial_sum::<R, F>(dw_part, [classes, inputs])),
+            bias: wanted.bias.then(|| partial_sum::<R, F>(db_part, [classes])),
+        }
+    }
+
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
         let op = "mean_loss";
         check::<R, F>(op, &[&loss_rows]);
@@ -228,6 +370,213 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             CUBE_UNITS as usize,
         );
         out
+    }
+}
+
+/// The integer types the label kernels are compiled for.
+enum LabelType {
+    I32,
+    I64,
+    U32,
+    U64,
+}
+
+/// The labels' dtype picks the kernel's integer type; none is converted, so a huge label cannot
+/// wrap into [0, C).
+fn label_type(op: &str, dtype: DType) -> LabelType {
+    match dtype {
+        DType::I32 => LabelType::I32,
+        DType::I64 => LabelType::I64,
+        DType::U32 => LabelType::U32,
+        DType::U64 => LabelType::U64,
+        other => panic!(
+            "=== burn-fused-head error ===\n  Operation: '{op}'\n  Reason: labels of dtype {other:?} \
+             are not supported; supported: I32, I64, U32, U64"
+        ),
+    }
+}
+
+/// Rows per plane of the small-C forward: as many as keep `rows * C` partial sums (registers)
+/// at 64 or fewer, at most 4.
+fn small_forward_rows(classes: usize) -> usize {
+    (64 / classes).clamp(1, 4)
+}
+
+/// The small-C forward for labels of type `L`: inputs X, W, b, labels; outputs Z, loss rows,
+/// dH. Planes stride over groups of rows, so a capped cube count covers any B.
+fn launch_small_classes_forward<R: CubeRuntime, F: FloatElement, L: IntElement>(
+    [x, weight, bias, labels]: [&CubeTensor<R>; 4],
+    [z, loss_rows, dh]: [&CubeTensor<R>; 3],
+    classes: usize,
+) {
+    let batch = x.shape()[0];
+    let rows = small_forward_rows(classes);
+    // With 32-unit planes, 8 planes per cube; smaller planes only add planes.
+    let cubes = batch.div_ceil(rows * 8).min(u16::MAX as usize) as u32;
+    kernels::small_classes_forward::small_classes_forward::launch::<F, L, R>(
+        &x.client,
+        CubeCount::new_1d(cubes),
+        CubeDim::new_1d(CUBE_UNITS),
+        x.clone().into_tensor_arg(),
+        weight.clone().into_tensor_arg(),
+        bias.clone().into_tensor_arg(),
+        labels.clone().into_tensor_arg(),
+        z.clone().into_tensor_arg(),
+        loss_rows.clone().into_tensor_arg(),
+        dh.clone().into_tensor_arg(),
+        f32::NAN,
+        classes,
+        rows,
+    );
+}
+
+/// `out = sum_p part[p]`, in order, for a partial-sum tensor [P, ...] reshaped to `shape`.
+fn partial_sum<R: CubeRuntime, F: FloatElement>(
+    part: CubeTensor<R>,
+    shape: impl Into<Shape>,
+) -> CubeTensor<R> {
+    let out = empty::<R>(&part, shape);
+    let n = out.shape().num_elements();
+    if let Some((count, dim)) = elementwise(&out, n) {
+        kernels::partial_sum::partial_sum::launch::<F, R>(
+            &out.client,
+            count,
+            dim,
+            part.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+        );
+    }
+    out
+}
+
+/// Cube counts of the tiled kernels: (columns of tiles, rows of tiles) of an [M, N] output.
+fn tile_grid(op: &str, m: usize, n: usize) -> CubeCount {
+    use kernels::tiled_matmul::TILE;
+    let (x, y) = (n.div_ceil(TILE), m.div_ceil(TILE));
+    if y > u16::MAX as usize || x > u16::MAX as usize {
+        panic!(
+            "=== burn-fused-head error ===\n  Operation: '{op}'\n  Reason: an output of [{m}, {n}] \
+             needs more than 65535 tiles of {TILE} along one side"
+        );
+    }
+    CubeCount::new_2d(x as u32, y as u32)
+}
+
+/// Stage 1 with the tiled product: `(Z, H)`, [B, C] each.
+fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: CubeTensor<R>,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let (x, weight, bias) = (
+        into_contiguous(x),
+        into_contiguous(weight),
+        into_contiguous(bias),
+    );
+    let (batch, classes) = (x.shape()[0], weight.shape()[0]);
+    let z = empty::<R>(&x, [batch, classes]); // [B, C]
+    let h = empty::<R>(&x, [batch, classes]); // [B, C]
+    if batch * classes > 0 {
+        kernels::tiled_linear_relu_forward::tiled_linear_relu_forward::launch::<F, R>(
+            &x.client,
+            tile_grid("head_forward", batch, classes),
+            CubeDim::new_1d(kernels::tiled_matmul::UNITS),
+            x.clone().into_tensor_arg(),
+            weight.into_tensor_arg(),
+            bias.into_tensor_arg(),
+            z.clone().into_tensor_arg(),
+            h.clone().into_tensor_arg(),
+        );
+    }
+    (z, h)
+}
+
+/// Tiles an output should have to fill a GPU; fewer, and the tiled product splits K. A rule of
+/// the shape alone (never of the device), so the same inputs give the same bits everywhere.
+const ENOUGH_TILES: usize = 256;
+/// The split-K partials stay below this many elements (1 GiB of f32 would be too much).
+const MAX_SPLIT_ELEMENTS: usize = 1 << 25;
+
+/// Slices of K for an [M, N] output: `(slices, k_per_slice)`, k_per_slice a multiple of the
+/// tile depth and at least 256, so that each slice still runs 32 steps.
+fn split_k(m: usize, n: usize, k: usize) -> (usize, usize) {
+    use kernels::tiled_matmul::{DEPTH, TILE};
+    let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
+    let wanted = ENOUGH_TILES.div_ceil(tiles.max(1));
+    let slices = wanted
+        .min(k.div_ceil(256))
+        .min(MAX_SPLIT_ELEMENTS / (m * n).max(1))
+        .clamp(1, 64);
+    let k_per_slice = k.div_ceil(slices).div_ceil(DEPTH).max(1) * DEPTH;
+    (k.div_ceil(k_per_slice).max(1), k_per_slice)
+}
+
+/// `A B` with the tiled product, [M, N]; see `kernels::tiled_matmul` for the two layouts. An
+/// output with few tiles splits K into slices added in order by `partial_sum`.
+fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
+    a: &CubeTensor<R>,
+    b: &CubeTensor<R>,
+    [m, n]: [usize; 2],
+    a_k_contiguous: bool,
+    b_k_contiguous: bool,
+) -> CubeTensor<R> {
+    let k = a.shape()[if a_k_contiguous { 1 } else { 0 }];
+    let (slices, k_per_slice) = split_k(m, n, k);
+    let out = if slices == 1 {
+        empty::<R>(a, [m, n])
+    } else {
+        empty::<R>(a, [slices, m, n])
+    };
+    if m * n > 0 {
+        // With K = 0 every tile writes zeros: the empty sum.
+        let CubeCount::Static(x, y, _) = tile_grid("head_backward", m, n) else {
+            unreachable!("tile_grid counts statically")
+        };
+        kernels::tiled_matmul::tiled_matmul::launch::<F, R>(
+            &a.client,
+            CubeCount::new_3d(x, y, slices as u32),
+            CubeDim::new_1d(kernels::tiled_matmul::UNITS),
+            a.clone().into_tensor_arg(),
+            b.clone().into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            k_per_slice as u32,
+            a_k_contiguous,
+            b_k_contiguous,
+        );
+    }
+    if slices == 1 {
+        out
+    } else {
+        partial_sum::<R, F>(out, [m, n])
+    }
+}
+
+/// The large-C backward: stage 3 and stage 5 kernels, then dW = dZ^T X and dX = dZ W tiled.
+fn tiled_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    z: CubeTensor<R>,
+    dh: CubeTensor<R>,
+    grad_loss: CubeTensor<R>,
+    wanted: HeadWanted,
+) -> HeadGradients<CubeBackend<R, F, I, BT>> {
+    type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+    let dz = B::<R, F, I, BT>::head_relu_backward(z, dh, grad_loss); // [B, C]
+    let (x, weight) = (into_contiguous(x), into_contiguous(weight));
+    let [batch, classes] = [dz.shape()[0], dz.shape()[1]];
+    let inputs = x.shape()[1];
+    HeadGradients {
+        // dW [C, I] = dZ^T X: A = dZ^T read from dZ stored [B, C]; B = X stored [B, I].
+        weight: wanted
+            .weight
+            .then(|| tiled_matmul::<R, F>(&dz, &x, [classes, inputs], false, false)),
+        bias: wanted
+            .bias
+            .then(|| B::<R, F, I, BT>::head_bias_gradient(dz.clone())),
+        // dX [B, I] = dZ W: A = dZ stored [B, C]; B = W stored [C, I].
+        x: wanted
+            .x
+            .then(|| tiled_matmul::<R, F>(&dz, &weight, [batch, inputs], true, false)),
     }
 }
 

@@ -10,11 +10,13 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
-use crate::backend::{FusedHeadBackend, HeadLimits};
+use crate::backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadWanted};
 
-/// The seven primitive stages, as fusion operations.
+/// The seven primitive stages and the fused forward and backward, as fusion operations.
 #[derive(Debug, Clone, Copy)]
 enum Stage {
+    Forward,
+    Backward(HeadWanted),
     LinearReluForward,
     SoftmaxCrossEntropy,
     ReluBackward,
@@ -27,6 +29,8 @@ enum Stage {
 impl Stage {
     fn id(self) -> &'static str {
         match self {
+            Stage::Forward => "fused_head_forward",
+            Stage::Backward(_) => "fused_head_backward",
             Stage::LinearReluForward => "fused_head_linear_relu_forward",
             Stage::SoftmaxCrossEntropy => "fused_head_softmax_cross_entropy",
             Stage::ReluBackward => "fused_head_relu_backward",
@@ -55,6 +59,20 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
         let outputs = &self.desc.outputs;
         let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
         let results: Vec<FloatTensor<B>> = match self.stage {
+            Stage::Forward => {
+                let labels = handles.get_int_tensor::<B>(&inputs[3]);
+                let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
+                let fwd = B::head_forward(float(0), float(1), float(2), labels);
+                vec![fwd.loss, fwd.z, fwd.dh]
+            }
+            Stage::Backward(wanted) => {
+                let grads =
+                    B::head_backward(float(0), float(1), float(2), float(3), float(4), wanted);
+                [grads.x, grads.weight, grads.bias]
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            }
             Stage::LinearReluForward => {
                 let (z, h) = B::head_linear_relu_forward(float(0), float(1), float(2));
                 vec![z, h]
@@ -189,6 +207,63 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             vec![dz, weight],
             &[Shape::new([batch, inputs])],
         ))
+    }
+
+    fn head_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> HeadForward<Self> {
+        let (batch, _, classes) =
+            crate::validate::linear_shapes("head_forward", &x.shape, &weight.shape, &bias.shape);
+        let shapes = [
+            Shape::new([1]),
+            Shape::new([batch, classes]),
+            Shape::new([batch, classes]),
+        ];
+        let [loss, z, dh]: [_; 3] =
+            register::<B>(Stage::Forward, vec![x, weight, bias, labels], &shapes)
+                .try_into()
+                .expect("three outputs");
+        HeadForward { loss, z, dh }
+    }
+
+    fn head_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        z: FloatTensor<Self>,
+        dh: FloatTensor<Self>,
+        grad_loss: FloatTensor<Self>,
+        wanted: HeadWanted,
+    ) -> HeadGradients<Self> {
+        let [batch, inputs] = dims2("head_backward", "X [B, I]", &x);
+        let [classes, _] = dims2("head_backward", "W [C, I]", &weight);
+        // Outputs in the order x, weight, bias, only those wanted.
+        let shapes: Vec<Shape> = [
+            (wanted.x, Shape::new([batch, inputs])),
+            (wanted.weight, Shape::new([classes, inputs])),
+            (wanted.bias, Shape::new([classes])),
+        ]
+        .into_iter()
+        .filter_map(|(want, shape)| want.then_some(shape))
+        .collect();
+        let mut outputs = if shapes.is_empty() {
+            Vec::new()
+        } else {
+            register::<B>(
+                Stage::Backward(wanted),
+                vec![x, weight, z, dh, grad_loss],
+                &shapes,
+            )
+        }
+        .into_iter();
+        let mut next = |want: bool| want.then(|| outputs.next().expect("a wanted output"));
+        HeadGradients {
+            x: next(wanted.x),
+            weight: next(wanted.weight),
+            bias: next(wanted.bias),
+        }
     }
 
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {

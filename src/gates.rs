@@ -210,3 +210,97 @@ pub fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
         .to_vec::<f64>()
         .expect("f64 data")
 }
+
+/// The outputs of the fast path (`head_forward` then `head_backward`, as the op runs them under
+/// autodiff), read back as f64. H, the per-row loss and dZ stay inside its kernels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FastOutputs {
+    /// Z [B, C].
+    pub z: Vec<f64>,
+    /// dH [B, C].
+    pub dh: Vec<f64>,
+    /// dW [C, I].
+    pub dw: Vec<f64>,
+    /// db [C].
+    pub db: Vec<f64>,
+    /// dX [B, I].
+    pub dx: Vec<f64>,
+    /// The mean loss.
+    pub loss: f64,
+}
+
+impl FastOutputs {
+    /// The gates of the six outputs against a stage-by-stage `reference` (Z, loss, dH, dW, db,
+    /// dX, named as in [`GATE_NAMES`]).
+    pub fn gates(&self, reference: &StageOutputs) -> Vec<GateReport> {
+        vec![
+            gate("Z", &self.z, &reference.z),
+            gate("loss", &[self.loss], &[reference.loss]),
+            gate("dH", &self.dh, &reference.dh),
+            gate("dW", &self.dw, &reference.dw),
+            gate("db", &self.db, &reference.db),
+            gate("dX", &self.dx, &reference.dx),
+        ]
+    }
+}
+
+/// Runs the fast path on `B` (`head_forward`, then `head_backward` with every gradient wanted)
+/// with upstream gradient `grad_loss`, and reads every output back as f64.
+pub fn run_fast_path<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+    grad_loss: f64,
+) -> FastOutputs {
+    crate::validate::head_inputs(
+        "run_fast_path",
+        &B::head_limits(),
+        (
+            &x.dims(),
+            &weight.dims(),
+            &bias.dims(),
+            Some(&labels.dims()),
+        ),
+        &[
+            ("X", x.device()),
+            ("W", weight.device()),
+            ("b", bias.device()),
+        ],
+        &[x.dtype(), weight.dtype(), bias.dtype()],
+    );
+    let g = Tensor::<B, 1>::from_data(
+        TensorData::new(vec![grad_loss], [1]),
+        (&x.device(), x.dtype()),
+    );
+    let x = x.into_primitive().tensor(); // [B, I]
+    let weight = weight.into_primitive().tensor(); // [C, I]
+    let fwd = B::head_forward(
+        x.clone(),
+        weight.clone(),
+        bias.into_primitive().tensor(),
+        labels.into_primitive(),
+    );
+    let all = crate::backend::HeadWanted {
+        x: true,
+        weight: true,
+        bias: true,
+    };
+    let grads = B::head_backward(
+        x,
+        weight,
+        fwd.z.clone(),
+        fwd.dh.clone(),
+        g.into_primitive().tensor(),
+        all,
+    );
+    let wanted = |t: Option<burn::tensor::ops::FloatTensor<B>>| read::<B>(t.expect("wanted"));
+    FastOutputs {
+        z: read::<B>(fwd.z),
+        dh: read::<B>(fwd.dh),
+        dw: wanted(grads.weight),
+        db: wanted(grads.bias),
+        dx: wanted(grads.x),
+        loss: read::<B>(fwd.loss)[0],
+    }
+}

@@ -45,6 +45,6 @@ mod ops;
 pub mod reference;
 mod validate;
 
-pub use backend::{FusedHeadBackend, HeadForward, HeadLimits};
+pub use backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadWanted};
 pub use module::{FusedHead, FusedHeadConfig};
 pub use ops::{LabelError, linear_relu_cross_entropy, linear_relu_logits, validate_labels};

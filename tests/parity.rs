@@ -13,10 +13,10 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::Param;
 use burn::nn::Linear;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{DType, Int, Tensor, TensorData};
-use burn_fused_head::gates::{GATE_NAMES, run_stages};
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn_fused_head::gates::{GATE_NAMES, run_fast_path, run_stages};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
-use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+use burn_fused_head::{FusedHeadBackend, HeadWanted, linear_relu_cross_entropy};
 use common::*;
 
 /// (B, I, C): ones, primes, just past powers of two, C = 1, one row, and realistic sizes.
@@ -40,6 +40,106 @@ fn shape_sweep<B: FusedHeadBackend>(device: &B::Device) {
     for (k, &(b, i, c)) in SHAPES.iter().enumerate() {
         let data = HeadData::random(k as u64, b, i, c);
         check_stages::<B>(device, &data, 1.0, &format!("B={b} I={i} C={c}"));
+    }
+}
+
+/// (B, I, C) across the fast path's switches: C around the small-C limit (32) and the
+/// columns-per-unit steps (8, 16), I past one column tile (256 units x 4 columns), B past the
+/// backward's row chunks (64) and shared stages (32), tiles of 128 with ragged edges, and a
+/// weight gradient with too few tiles, whose K (= B) is split into slices.
+const FAST_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (3, 1030, 8),
+    (130, 70, 9),
+    (65, 520, 16),
+    (200, 3, 17),
+    (97, 300, 32),
+    (2, 5, 33),
+    (130, 13, 129),
+    (257, 140, 40),
+    (601, 37, 7),
+    (601, 20, 40),
+];
+
+/// The fast path (head_forward + head_backward) against the f64 reference stages, and against
+/// the same backend's stage-by-stage kernels; also with a non-unit upstream gradient.
+fn fast_path_matches_stages<B: FusedHeadBackend>(device: &B::Device) {
+    for (k, &(b, i, c)) in FAST_SHAPES.iter().enumerate() {
+        let data = HeadData::random(200 + k as u64, b, i, c);
+        let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
+        let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+        let fast = run_fast_path(x.clone(), w.clone(), bias.clone(), labels.clone(), grad);
+        let context = format!("fast path B={b} I={i} C={c} g={grad}");
+        assert_gates(&context, &fast.gates(&reference_stages(&data, grad)));
+        let stages = run_stages(x, w, bias, labels, grad);
+        assert_gates(
+            &format!("{context}, against the stages"),
+            &fast.gates(&stages),
+        );
+    }
+}
+
+/// The fast backward produces exactly the wanted gradients, each equal to the full run's.
+fn fast_backward_wanted_subsets<B: FusedHeadBackend>(device: &B::Device) {
+    for &(b, i, c) in &[(40, 30, 10), (40, 30, 50)] {
+        let data = HeadData::random(300 + c as u64, b, i, c);
+        let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+        let (x, w) = (x.into_primitive().tensor(), w.into_primitive().tensor());
+        let fwd = B::head_forward(
+            x.clone(),
+            w.clone(),
+            bias.into_primitive().tensor(),
+            labels.into_primitive(),
+        );
+        let g = Tensor::<B, 1>::from_data([1.0], (device, DType::F32));
+        let run = |wanted: HeadWanted| {
+            let out = B::head_backward(
+                x.clone(),
+                w.clone(),
+                fwd.z.clone(),
+                fwd.dh.clone(),
+                g.clone().into_primitive().tensor(),
+                wanted,
+            );
+            let read = |t: Option<_>| {
+                t.map(|t| {
+                    to_f64(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t)).reshape([-1]))
+                })
+            };
+            let read1 = |t: Option<_>| {
+                t.map(|t| to_f64(Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t))))
+            };
+            (read(out.x), read(out.weight), read1(out.bias))
+        };
+        let all = run(HeadWanted {
+            x: true,
+            weight: true,
+            bias: true,
+        });
+        for (wx, ww, wb) in [
+            (true, false, false),
+            (false, true, false),
+            (false, false, true),
+            (false, true, true),
+        ] {
+            let got = run(HeadWanted {
+                x: wx,
+                weight: ww,
+                bias: wb,
+            });
+            assert_eq!(got.0.is_some(), wx, "C={c}: dX produced unless wanted");
+            assert_eq!(got.1.is_some(), ww, "C={c}: dW produced unless wanted");
+            assert_eq!(got.2.is_some(), wb, "C={c}: db produced unless wanted");
+            if wx {
+                assert_eq!(got.0, all.0, "C={c}: dX alone");
+            }
+            if ww {
+                assert_eq!(got.1, all.1, "C={c}: dW alone");
+            }
+            if wb {
+                assert_eq!(got.2, all.2, "C={c}: db alone");
+            }
+        }
     }
 }
 
@@ -290,6 +390,14 @@ macro_rules! parity_suite {
             #[test]
             fn shape_sweep() {
                 super::shape_sweep::<B>(&device());
+            }
+            #[test]
+            fn fast_path_matches_stages() {
+                super::fast_path_matches_stages::<B>(&device());
+            }
+            #[test]
+            fn fast_backward_wanted_subsets() {
+                super::fast_backward_wanted_subsets::<B>(&device());
             }
             #[test]
             fn autodiff_matches_stock() {

@@ -16,8 +16,13 @@ pub mod bias_gradient;
 pub mod input_gradient;
 pub mod linear_relu_forward;
 pub mod mean_loss;
+pub mod partial_sum;
 pub mod relu_backward;
+pub mod small_classes_backward;
+pub mod small_classes_forward;
 pub mod softmax_cross_entropy;
+pub mod tiled_linear_relu_forward;
+pub mod tiled_matmul;
 pub mod weight_gradient;
 
 mod tree;

@@ -1,12 +1,12 @@
 //! The batch mean of the per-row losses: `loss = sum_r loss_rows[r] / B`.
 //!
-//! loss_rows [B], out [1]. One cube: strided partials, then a fixed-order tree, so the mean is
+//! loss_rows [B], out [1]. One cube: strided partials (`strided_sum`), then a fixed-order tree, so the mean is
 //! the same bits on every run. With B = 0 the sum is 0 and the mean 0/0 = NaN, as PyTorch's
 //! mean over nothing. A NaN row (invalid label, NaN input) makes the mean NaN.
 
 use cubecl::{cube, prelude::*};
 
-use crate::tree::tree_sum;
+use crate::tree::{strided_sum, tree_sum};
 
 #[cube(launch)]
 pub fn mean_loss<F: Float>(
@@ -18,14 +18,10 @@ pub fn mean_loss<F: Float>(
     let unit = UNIT_POS as usize;
     let mut smem = SharedMemory::<F>::new(cube_units);
 
-    // 1. Strided partial sums.
-    let mut acc = F::new(0.0);
-    let mut r = unit;
-    while r < batch {
-        acc += loss_rows[r];
-        r += CUBE_DIM as usize;
-    }
-    smem[unit] = acc;
+    // 1. Strided partial sums: rows unit, unit + CUBE_DIM, ... (several loads in flight).
+    let stride = CUBE_DIM as usize;
+    let count = select(unit < batch, (batch - unit).div_ceil(stride), 0usize);
+    smem[unit] = strided_sum::<F>(loss_rows, unit, stride, count);
 
     // 2. Fixed-order tree, then one division.
     let total = tree_sum::<F>(&mut smem);

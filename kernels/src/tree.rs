@@ -45,3 +45,31 @@ pub fn tree_max<F: Float>(smem: &mut SharedMemory<F>) -> F {
     sync_cube();
     total
 }
+
+/// Independent accumulators of [`strided_sum`]: that many loads in flight per unit.
+const LANES: usize = 8;
+
+/// `sum_k t[start + k * stride]` for `k < count`, with LANES independent accumulators (term k
+/// goes to accumulator k % LANES, the tail to the first), combined by a fixed pairwise tree: a
+/// fixed order, so the same bits every run, and LANES loads in flight instead of one.
+#[cube]
+pub fn strided_sum<F: Float>(t: &Tensor<F>, start: usize, stride: usize, count: usize) -> F {
+    let mut acc = Array::<F>::new(LANES);
+    #[unroll]
+    for l in 0..LANES {
+        acc[l] = F::new(0.0);
+    }
+    let mut k = 0;
+    while k + LANES <= count {
+        #[unroll]
+        for l in 0..LANES {
+            acc[l] += t[start + (k + l) * stride];
+        }
+        k += LANES;
+    }
+    while k < count {
+        acc[0] += t[start + k * stride];
+        k += 1;
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+}
