@@ -19,7 +19,7 @@ use burn_fused_head::reference::{HeadData, stock_head_loss};
 use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
 
 /// Time spent on each of the step, forward and backward measures of one contender and shape.
-const BUDGET_MS: u64 = 500;
+const BUDGET_MS: u64 = 300;
 
 /// H200 floors: device copy bandwidth (read + write counted) and f32 FMA throughput.
 const COPY_BYTES_PER_S: f64 = 4.3e12;

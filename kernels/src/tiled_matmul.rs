@@ -9,8 +9,7 @@
 //!
 //! One cube of 256 units computes a TILE x TILE (128 x 128) block of Out. Per step of DEPTH (8)
 //! along K, the cube stages the A and B blocks in shared memory (loads ordered along each
-//! operand's contiguous dimension, rows padded against bank conflicts; the next step's loads
-//! are in flight during this step's arithmetic), then each unit
+//! operand's contiguous dimension, rows padded against bank conflicts), then each unit
 //! accumulates an 8 x 8 grid of outputs, rows `ty + 16 i`, columns `tx + 16 j`, with 16 shared
 //! loads per 64 FMAs. Out of range elements load as 0 and are never stored. The sum over k runs
 //! in order, so the result is deterministic.
@@ -118,59 +117,36 @@ pub fn gemm_tile<F: Float>(
     let mut a_frag = Array::<F>::new(MICRO);
     let mut b_frag = Array::<F>::new(MICRO);
 
-    // The next step's blocks are read from global memory into registers before this step's
-    // FMAs, so their latency hides behind the arithmetic (one block in registers, one in
-    // shared memory).
+    // Measured: reading the next step's blocks into registers before this step's FMAs (a
+    // register prefetch) was slower on the H200 (223 -> 279 ms at (8192, 4096, 32000)), so each
+    // step loads, stores and waits (PERF_NOTES.md, change 4).
     let mut regs_a = Array::<F>::new(PER_UNIT);
     let mut regs_b = Array::<F>::new(PER_UNIT);
-    load_block::<F>(
-        a,
-        &mut regs_a,
-        m0,
-        m_size,
-        k_begin,
-        k_end,
-        k_size,
-        a_k_contiguous,
-    );
-    load_block::<F>(
-        b,
-        &mut regs_b,
-        n0,
-        n_size,
-        k_begin,
-        k_end,
-        k_size,
-        b_k_contiguous,
-    );
     let mut k0 = k_begin;
     while k0 < k_end {
+        load_block::<F>(
+            a,
+            &mut regs_a,
+            m0,
+            m_size,
+            k0,
+            k_end,
+            k_size,
+            a_k_contiguous,
+        );
+        load_block::<F>(
+            b,
+            &mut regs_b,
+            n0,
+            n_size,
+            k0,
+            k_end,
+            k_size,
+            b_k_contiguous,
+        );
         store_block::<F>(&regs_a, &mut smem_a, a_k_contiguous);
         store_block::<F>(&regs_b, &mut smem_b, b_k_contiguous);
         sync_cube();
-        let next = k0 + DEPTH;
-        if next < k_end {
-            load_block::<F>(
-                a,
-                &mut regs_a,
-                m0,
-                m_size,
-                next,
-                k_end,
-                k_size,
-                a_k_contiguous,
-            );
-            load_block::<F>(
-                b,
-                &mut regs_b,
-                n0,
-                n_size,
-                next,
-                k_end,
-                k_size,
-                b_k_contiguous,
-            );
-        }
         #[unroll]
         for k in 0..DEPTH {
             #[unroll]
@@ -188,7 +164,7 @@ pub fn gemm_tile<F: Float>(
         }
         // The next stores may overwrite the blocks only after every unit has read them.
         sync_cube();
-        k0 = next;
+        k0 += DEPTH;
     }
 }
 
