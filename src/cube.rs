@@ -437,7 +437,8 @@ fn partial_sum<R: CubeRuntime, F: FloatElement>(
 ) -> CubeTensor<R> {
     let out = empty::<R>(&part, shape);
     let n = out.shape().num_elements();
-    if let Some((count, dim)) = elementwise(&out, n) {
+    // 32 outputs per cube of 256 units (8 units per output); idle units past n write nothing.
+    if let Some((count, dim)) = elementwise(&out, n.div_ceil(32) * CUBE_UNITS as usize) {
         kernels::partial_sum::partial_sum::launch::<F, R>(
             &out.client,
             count,
