@@ -12,22 +12,22 @@ use burn::tensor::{DType, Int, Tensor, TensorPrimitive};
 /// What the forward pass keeps for the backward pass.
 #[derive(Debug, Clone)]
 pub struct HeadForward<B: Backend> {
-    /// Mean cross-entropy over the batch, [1].
+    /// Mean cross-entropy over the batch, `[1]`.
     pub loss: FloatTensor<B>,
-    /// Pre-activation `Z = X W^T + b`, [B, C]: the ReLU mask of the backward pass.
+    /// Pre-activation `Z = X W^T + b`, `[B, C]`: the ReLU mask of the backward pass.
     pub z: FloatTensor<B>,
-    /// `dH = (softmax(H) - onehot(labels)) / B`, [B, C], for a unit upstream gradient.
+    /// `dH = (softmax(H) - onehot(labels)) / B`, `[B, C]`, for a unit upstream gradient.
     pub dh: FloatTensor<B>,
 }
 
 /// Which gradients a backward pass must produce: those of the tracked inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadWanted {
-    /// dX [B, I].
+    /// dX `[B, I]`.
     pub x: bool,
-    /// dW [C, I].
+    /// dW `[C, I]`.
     pub weight: bool,
-    /// db [C].
+    /// db `[C]`.
     pub bias: bool,
 }
 
@@ -35,11 +35,11 @@ pub struct HeadWanted {
 /// wanted (see [`HeadWanted`]).
 #[derive(Debug, Clone)]
 pub struct HeadGradients<B: Backend> {
-    /// dX = dZ W, [B, I].
+    /// dX = dZ W, `[B, I]`.
     pub x: Option<FloatTensor<B>>,
-    /// dW = dZ^T X, [C, I].
+    /// dW = dZ^T X, `[C, I]`.
     pub weight: Option<FloatTensor<B>>,
-    /// db = column_sum(dZ), [C].
+    /// db = column_sum(dZ), `[C]`.
     pub bias: Option<FloatTensor<B>>,
 }
 
@@ -55,7 +55,7 @@ pub struct HeadLimits {
 
 /// A Burn backend that runs the fused classifier head.
 ///
-/// Shapes: X [B, I], W [C, I], b [C], labels [B] (integers in `[0, C)`), H, Z, dH, dZ [B, C].
+/// Shapes: X `[B, I]`, W `[C, I]`, b `[C]`, labels `[B]` (integers in `[0, C)`), H, Z, dH, dZ `[B, C]`.
 /// Each stage has a default body built from stock Burn ops; a backend with kernels overrides the
 /// seven primitive stages (the six of the seed plus [`head_mean_loss`](Self::head_mean_loss)),
 /// and the composite methods follow. Shapes are validated by the public functions
@@ -69,7 +69,7 @@ pub trait FusedHeadBackend: Backend {
         }
     }
 
-    /// Stage 1: `Z = X W^T + b`, `H = ReLU(Z)`; returns `(Z, H)`, both [B, C].
+    /// Stage 1: `Z = X W^T + b`, `H = ReLU(Z)`; returns `(Z, H)`, both `[B, C]`.
     fn head_linear_relu_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -136,7 +136,7 @@ pub trait FusedHeadBackend: Backend {
         (prim(loss), prim(dh))
     }
 
-    /// Stage 3: `dZ = dH [Z > 0] g`, [B, C]; `g` [1] is the upstream gradient of the loss.
+    /// Stage 3: `dZ = dH [Z > 0] g`, `[B, C]`; `g` `[1]` is the upstream gradient of the loss.
     /// The subgradient at `Z = 0` is 0; a NaN Z lets the (NaN) gradient through.
     fn head_relu_backward(
         z: FloatTensor<Self>,
@@ -149,7 +149,7 @@ pub trait FusedHeadBackend: Backend {
         prim(dh.mask_fill(z.lower_equal_elem(0), 0) * g)
     }
 
-    /// Stage 4: `dW = dZ^T X`, [C, I], stored like W.
+    /// Stage 4: `dW = dZ^T X`, `[C, I]`, stored like W.
     fn head_weight_gradient(dz: FloatTensor<Self>, x: FloatTensor<Self>) -> FloatTensor<Self> {
         let dz = float::<Self, 2>(dz); // [B, C]
         let x = float::<Self, 2>(x); // [B, I]
@@ -163,13 +163,13 @@ pub trait FusedHeadBackend: Backend {
         prim(dz.transpose().matmul(x)) // [C, I]
     }
 
-    /// Stage 5: `db = column_sum(dZ)`, [C].
+    /// Stage 5: `db = column_sum(dZ)`, `[C]`.
     fn head_bias_gradient(dz: FloatTensor<Self>) -> FloatTensor<Self> {
         let dz = float::<Self, 2>(dz); // [B, C]
         prim(dz.sum_dim(0).squeeze_dim::<1>(0)) // [C]
     }
 
-    /// Stage 6: `dX = dZ W`, [B, I].
+    /// Stage 6: `dX = dZ W`, `[B, I]`.
     fn head_input_gradient(dz: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
         let dz = float::<Self, 2>(dz); // [B, C]
         let weight = float::<Self, 2>(weight); // [C, I]
@@ -183,7 +183,7 @@ pub trait FusedHeadBackend: Backend {
         prim(dz.matmul(weight)) // [B, I]
     }
 
-    /// The batch mean of the per-row losses, [1]. An empty batch gives NaN (0 / 0), as
+    /// The batch mean of the per-row losses, `[1]`. An empty batch gives NaN (0 / 0), as
     /// PyTorch's mean over nothing.
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
         let loss_rows = float::<Self, 1>(loss_rows); // [B]
@@ -209,7 +209,7 @@ pub trait FusedHeadBackend: Backend {
     }
 
     /// The fused backward: stages 3 to 6 from what [`head_forward`](Self::head_forward) kept,
-    /// for the upstream gradient `grad_loss` [1], producing only the wanted gradients.
+    /// for the upstream gradient `grad_loss` `[1]`, producing only the wanted gradients.
     ///
     /// The default runs the stages one by one; the CubeCL backends override this (and
     /// `head_forward`) with fused and tiled kernels, checked against the stages by the tests.
@@ -231,7 +231,7 @@ pub trait FusedHeadBackend: Backend {
         }
     }
 
-    /// The loss alone, [1]. [`Autodiff`](burn::backend::Autodiff) overrides this with
+    /// The loss alone, `[1]`. [`Autodiff`](burn::backend::Autodiff) overrides this with
     /// [`head_forward`](Self::head_forward) and a backward step that runs
     /// [`head_backward`](Self::head_backward).
     fn linear_relu_cross_entropy(

@@ -450,7 +450,7 @@ fn partial_sum<R: CubeRuntime, F: FloatElement>(
     out
 }
 
-/// Cube counts of the tiled kernels: (columns of tiles, rows of tiles) of an [M, N] output.
+/// Cube counts of the tiled kernels: (columns of tiles, rows of tiles) of an `[M, N]` output.
 fn tile_grid(op: &str, m: usize, n: usize) -> CubeCount {
     use kernels::tiled_matmul::TILE;
     let (x, y) = (n.div_ceil(TILE), m.div_ceil(TILE));
@@ -463,7 +463,7 @@ fn tile_grid(op: &str, m: usize, n: usize) -> CubeCount {
     CubeCount::new_2d(x as u32, y as u32)
 }
 
-/// Stage 1 with the tiled product: `(Z, H)`, [B, C] each.
+/// Stage 1 with the tiled product: `(Z, H)`, `[B, C]` each.
 fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -498,7 +498,7 @@ const ENOUGH_TILES: usize = 256;
 /// The split-K partials stay below this many elements (1 GiB of f32 would be too much).
 const MAX_SPLIT_ELEMENTS: usize = 1 << 25;
 
-/// Slices of K for an [M, N] output: `(slices, k_per_slice)`, k_per_slice a multiple of the
+/// Slices of K for an `[M, N]` output: `(slices, k_per_slice)`, k_per_slice a multiple of the
 /// tile depth and at least 256, so that each slice still runs 32 steps.
 fn split_k(m: usize, n: usize, k: usize) -> (usize, usize) {
     use kernels::tiled_matmul::{DEPTH, TILE};
@@ -512,7 +512,7 @@ fn split_k(m: usize, n: usize, k: usize) -> (usize, usize) {
     (k.div_ceil(k_per_slice).max(1), k_per_slice)
 }
 
-/// `A B` with the tiled product, [M, N]; see `kernels::tiled_matmul` for the two layouts. An
+/// `A B` with the tiled product, `[M, N]`; see `kernels::tiled_matmul` for the two layouts. An
 /// output with few tiles splits K into slices added in order by `partial_sum`.
 fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     a: &CubeTensor<R>,

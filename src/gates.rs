@@ -106,21 +106,21 @@ pub fn gate(name: &str, got: &[f64], want: &[f64]) -> GateReport {
 /// Every stage's output of one forward and backward pass, read back as f64.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StageOutputs {
-    /// Z [B, C], row-major.
+    /// Z `[B, C]`, row-major.
     pub z: Vec<f64>,
-    /// H [B, C].
+    /// H `[B, C]`.
     pub h: Vec<f64>,
-    /// Per-row loss [B].
+    /// Per-row loss `[B]`.
     pub loss_rows: Vec<f64>,
-    /// dH [B, C].
+    /// dH `[B, C]`.
     pub dh: Vec<f64>,
-    /// dZ [B, C].
+    /// dZ `[B, C]`.
     pub dz: Vec<f64>,
-    /// dW [C, I].
+    /// dW `[C, I]`.
     pub dw: Vec<f64>,
-    /// db [C].
+    /// db `[C]`.
     pub db: Vec<f64>,
-    /// dX [B, I].
+    /// dX `[B, I]`.
     pub dx: Vec<f64>,
     /// The mean loss.
     pub loss: f64,
@@ -215,15 +215,15 @@ pub fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
 /// autodiff), read back as f64. H, the per-row loss and dZ stay inside its kernels.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FastOutputs {
-    /// Z [B, C].
+    /// Z `[B, C]`.
     pub z: Vec<f64>,
-    /// dH [B, C].
+    /// dH `[B, C]`.
     pub dh: Vec<f64>,
-    /// dW [C, I].
+    /// dW `[C, I]`.
     pub dw: Vec<f64>,
-    /// db [C].
+    /// db `[C]`.
     pub db: Vec<f64>,
-    /// dX [B, I].
+    /// dX `[B, I]`.
     pub dx: Vec<f64>,
     /// The mean loss.
     pub loss: f64,

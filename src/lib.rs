@@ -17,7 +17,7 @@
 //! ## Use
 //! - [`linear_relu_cross_entropy`]: the op as a function on tensors.
 //! - [`FusedHead`] / [`FusedHeadConfig`]: the op as a [`Module`](burn::module::Module) with
-//!   `weight` [C, I] and `bias` [C] parameters.
+//!   `weight` `[C, I]` and `bias` `[C]` parameters.
 //! - [`FusedHeadBackend`]: the backend extension trait. Every stage has a default body built from
 //!   stock Burn ops, so `NdArray` runs the op (and, in f64, is the independent reference); the
 //!   CubeCL backends (`cuda`, `wgpu` features) replace the bodies with kernels.
@@ -27,9 +27,9 @@
 //! 1. `linear_relu_forward`: Z and H.
 //! 2. `softmax_cross_entropy`: per-row loss and `dH = (p - onehot) / B` from the same p.
 //! 3. `relu_backward`: `dZ = dH [Z > 0] g`, g the upstream gradient of the loss.
-//! 4. `weight_gradient`: `dW = dZ^T X` [C, I].
-//! 5. `bias_gradient`: `db = column_sum(dZ)` [C].
-//! 6. `input_gradient`: `dX = dZ W` [B, I].
+//! 4. `weight_gradient`: `dW = dZ^T X` `[C, I]`.
+//! 5. `bias_gradient`: `db = column_sum(dZ)` `[C]`.
+//! 6. `input_gradient`: `dX = dZ W` `[B, I]`.
 //!
 //! plus `mean_loss`, the deterministic batch mean of the per-row losses.
 //!

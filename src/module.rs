@@ -1,4 +1,4 @@
-//! The op as a Burn `Module`: `weight` [C, I] and `bias` [C] parameters.
+//! The op as a Burn `Module`: `weight` `[C, I]` and `bias` `[C]` parameters.
 
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
@@ -24,7 +24,7 @@ pub struct FusedHeadConfig {
 }
 
 impl FusedHeadConfig {
-    /// A head with W [C, I] and b [C] on `device`.
+    /// A head with W `[C, I]` and b `[C]` on `device`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> FusedHead<B> {
         let fans = (Some(self.inputs), Some(self.classes));
         FusedHead {
@@ -45,20 +45,20 @@ impl FusedHeadConfig {
 /// any module.
 #[derive(Module, Debug)]
 pub struct FusedHead<B: Backend> {
-    /// W, stored [C, I]: one class's coefficients are contiguous.
+    /// W, stored `[C, I]`: one class's coefficients are contiguous.
     pub weight: Param<Tensor<B, 2>>,
-    /// b, [C].
+    /// b, `[C]`.
     pub bias: Param<Tensor<B, 1>>,
 }
 
 impl<B: FusedHeadBackend> FusedHead<B> {
-    /// The mean cross-entropy loss of `x` [B, I] against `labels` [B], shape [1].
+    /// The mean cross-entropy loss of `x` `[B, I]` against `labels` `[B]`, shape `[1]`.
     /// See [`linear_relu_cross_entropy`] for labels outside `[0, C)`, empty batches and panics.
     pub fn forward(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
         linear_relu_cross_entropy(x, self.weight.val(), self.bias.val(), labels)
     }
 
-    /// The head's output `H = ReLU(X W^T + b)`, [B, C]; its row argmax is the prediction.
+    /// The head's output `H = ReLU(X W^T + b)`, `[B, C]`; its row argmax is the prediction.
     pub fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         linear_relu_logits(x, self.weight.val(), self.bias.val())
     }

@@ -5,9 +5,9 @@ use burn::tensor::{Int, Tensor, TensorPrimitive};
 use crate::backend::FusedHeadBackend;
 use crate::validate;
 
-/// `mean_r cross_entropy(softmax(ReLU(X W^T + b))[r], labels[r])`, shape [1].
+/// `mean_r cross_entropy(softmax(ReLU(X W^T + b))[r], labels[r])`, shape `[1]`.
 ///
-/// - `x`: X [B, I]; `weight`: W stored [C, I]; `bias`: b [C]; `labels`: [B], integers in `[0, C)`.
+/// - `x`: X `[B, I]`; `weight`: W stored `[C, I]`; `bias`: b `[C]`; `labels`: `[B]`, integers in `[0, C)`.
 /// - On an [`Autodiff`](burn::backend::Autodiff) backend the result is tracked:
 ///   `loss.backward()` gives the gradients of X, W and b (those that require them), scaled by
 ///   the upstream gradient, so the loss may be multiplied or added to other losses.
@@ -16,7 +16,7 @@ use crate::validate;
 /// - An empty batch (B = 0) gives NaN, as PyTorch's mean over nothing; its gradients are zero.
 ///
 /// # Panics
-/// Before anything runs, on mismatched shapes (the I of X and W, b not [C], labels not [B],
+/// Before anything runs, on mismatched shapes (the I of X and W, b not `[C]`, labels not `[B]`,
 /// C = 0), inputs on different devices, float dtypes that differ or that the backend's kernels
 /// do not run (the CubeCL kernels run f32), or tensors too large for the kernels' addressing.
 pub fn linear_relu_cross_entropy<B: FusedHeadBackend>(
@@ -51,7 +51,7 @@ pub fn linear_relu_cross_entropy<B: FusedHeadBackend>(
     Tensor::from_primitive(TensorPrimitive::Float(loss))
 }
 
-/// The head's output `H = ReLU(X W^T + b)`, [B, C], from stage 1 (for prediction: the argmax of
+/// The head's output `H = ReLU(X W^T + b)`, `[B, C]`, from stage 1 (for prediction: the argmax of
 /// H is the predicted class). Checks and panics as [`linear_relu_cross_entropy`].
 ///
 /// On an inner backend (no autodiff) this runs the stage-1 kernel; on an `Autodiff` backend it

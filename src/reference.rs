@@ -6,7 +6,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Element, Int, Tensor, TensorData};
 
 /// Burn's stock head, built from stock ops only: `relu(X W^T + b)` then `CrossEntropyLoss`.
-/// X [B, I], W [C, I], b [C], labels [B]; returns the mean loss, [1].
+/// X `[B, I]`, W `[C, I]`, b `[C]`, labels `[B]`; returns the mean loss, `[1]`.
 pub fn stock_head_loss<B: Backend>(
     x: Tensor<B, 2>,
     weight: Tensor<B, 2>,
@@ -29,13 +29,13 @@ pub struct HeadData {
     pub inputs: usize,
     /// C.
     pub classes: usize,
-    /// X [B, I], row-major.
+    /// X `[B, I]`, row-major.
     pub x: Vec<f32>,
-    /// W [C, I], row-major.
+    /// W `[C, I]`, row-major.
     pub weight: Vec<f32>,
-    /// b [C].
+    /// b `[C]`.
     pub bias: Vec<f32>,
-    /// labels [B].
+    /// labels `[B]`.
     pub labels: Vec<i64>,
 }
 

@@ -11,7 +11,7 @@ fn fail(op: &str, reason: String) -> ! {
     panic!("=== burn-fused-head error ===\n  Operation: '{op}'\n  Reason: {reason}")
 }
 
-/// Shapes of the whole op: X [B, I], W [C, I], b [C], labels [B] (when given).
+/// Shapes of the whole op: X `[B, I]`, W `[C, I]`, b `[C]`, labels `[B]` (when given).
 /// Returns `(B, I, C)`.
 pub(crate) fn head_shapes(
     op: &str,
@@ -32,7 +32,7 @@ pub(crate) fn head_shapes(
     (batch, inputs, classes)
 }
 
-/// Shapes of stage 1: X [B, I], W [C, I], b [C], C >= 1. Returns `(B, I, C)`.
+/// Shapes of stage 1: X `[B, I]`, W `[C, I]`, b `[C]`, C >= 1. Returns `(B, I, C)`.
 pub(crate) fn linear_shapes(
     op: &str,
     x: &[usize],
@@ -72,7 +72,7 @@ pub(crate) fn rank2(op: &str, name: &str, shape: &[usize]) -> [usize; 2] {
     }
 }
 
-/// Two tensors that must have the same shape (Z and dH, dZ and a [B, C] partner...).
+/// Two tensors that must have the same shape (Z and dH, dZ and a `[B, C]` partner...).
 #[cfg_attr(not(feature = "cube"), allow(dead_code))]
 pub(crate) fn same_shape(op: &str, a_name: &str, a: &[usize], b_name: &str, b: &[usize]) {
     if a != b {
