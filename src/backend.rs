@@ -31,6 +31,15 @@ pub struct HeadWanted {
     pub bias: bool,
 }
 
+impl HeadWanted {
+    /// Every gradient: dX, dW and db.
+    pub const ALL: Self = Self {
+        x: true,
+        weight: true,
+        bias: true,
+    };
+}
+
 /// The gradients of one backward pass, scaled by the upstream gradient; `None` where not
 /// wanted (see [`HeadWanted`]).
 #[derive(Debug, Clone)]

@@ -229,7 +229,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         let op = "head_forward";
         check::<R, F>(op, &[&x, &weight, &bias]);
         x.assert_is_on_same_device(&labels);
-        let (batch, _inputs, classes) =
+        let (_batch, _inputs, classes) =
             validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
         validate::same_dim(
             op,
@@ -238,37 +238,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             &labels.shape(),
             (0, 0),
         );
-        if classes > SMALL_CLASSES {
+        // Both paths end in the per-row losses, Z and dH; the mean is the same kernel.
+        let (loss_rows, z, dh) = if classes > SMALL_CLASSES {
             let (z, h) = tiled_linear_relu_forward::<R, F>(x, weight, bias); // [B, C] each
             let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
-            return HeadForward {
-                loss: Self::head_mean_loss(loss_rows),
-                z,
-                dh,
-            };
-        }
-        let (x, weight, bias, labels) = (
-            into_contiguous(x),
-            into_contiguous(weight),
-            into_contiguous(bias),
-            into_contiguous(labels),
-        );
-        let z = empty::<R>(&x, [batch, classes]); // [B, C]
-        let dh = empty::<R>(&x, [batch, classes]); // [B, C]
-        let loss_rows = empty::<R>(&x, [batch]); // [B]
-        if batch > 0 {
-            let launch = match label_type(op, labels.dtype) {
-                LabelType::I32 => launch_small_classes_forward::<R, F, i32>,
-                LabelType::I64 => launch_small_classes_forward::<R, F, i64>,
-                LabelType::U32 => launch_small_classes_forward::<R, F, u32>,
-                LabelType::U64 => launch_small_classes_forward::<R, F, u64>,
-            };
-            launch(
-                [&x, &weight, &bias, &labels],
-                [&z, &loss_rows, &dh],
-                classes,
-            );
-        }
+            (loss_rows, z, dh)
+        } else {
+            small_classes_forward::<R, F>(op, x, weight, bias, labels)
+        };
         HeadForward {
             loss: Self::head_mean_loss(loss_rows),
             z,
@@ -396,6 +373,40 @@ fn label_type(op: &str, dtype: DType) -> LabelType {
     }
 }
 
+/// The small-C forward (C <= SMALL_CLASSES): `(loss_rows [B], Z [B, C], dH [B, C])`.
+fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
+    op: &str,
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: CubeTensor<R>,
+    labels: CubeTensor<R>,
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
+    let (batch, classes) = (x.shape()[0], weight.shape()[0]);
+    let (x, weight, bias, labels) = (
+        into_contiguous(x),
+        into_contiguous(weight),
+        into_contiguous(bias),
+        into_contiguous(labels),
+    );
+    let z = empty::<R>(&x, [batch, classes]); // [B, C]
+    let dh = empty::<R>(&x, [batch, classes]); // [B, C]
+    let loss_rows = empty::<R>(&x, [batch]); // [B]
+    if batch > 0 {
+        let launch = match label_type(op, labels.dtype) {
+            LabelType::I32 => launch_small_classes_forward::<R, F, i32>,
+            LabelType::I64 => launch_small_classes_forward::<R, F, i64>,
+            LabelType::U32 => launch_small_classes_forward::<R, F, u32>,
+            LabelType::U64 => launch_small_classes_forward::<R, F, u64>,
+        };
+        launch(
+            [&x, &weight, &bias, &labels],
+            [&z, &loss_rows, &dh],
+            classes,
+        );
+    }
+    (loss_rows, z, dh)
+}
+
 /// Rows per plane of the small-C forward: as many as keep `rows * C` partial sums (registers)
 /// at 64 or fewer, at most 4.
 fn small_forward_rows(classes: usize) -> usize {
@@ -437,8 +448,9 @@ fn partial_sum<R: CubeRuntime, F: FloatElement>(
 ) -> CubeTensor<R> {
     let out = empty::<R>(&part, shape);
     let n = out.shape().num_elements();
-    // 32 outputs per cube of 256 units (8 units per output); idle units past n write nothing.
-    if let Some((count, dim)) = elementwise(&out, n.div_ceil(32) * CUBE_UNITS as usize) {
+    // OUTPUTS outputs per cube of 256 units; idle units past n write nothing.
+    let cubes = n.div_ceil(kernels::partial_sum::OUTPUTS);
+    if let Some((count, dim)) = elementwise(&out, cubes * CUBE_UNITS as usize) {
         kernels::partial_sum::partial_sum::launch::<F, R>(
             &out.client,
             count,

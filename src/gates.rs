@@ -156,26 +156,8 @@ pub fn run_stages<B: FusedHeadBackend>(
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
 ) -> StageOutputs {
-    crate::validate::head_inputs(
-        "run_stages",
-        &B::head_limits(),
-        (
-            &x.dims(),
-            &weight.dims(),
-            &bias.dims(),
-            Some(&labels.dims()),
-        ),
-        &[
-            ("X", x.device()),
-            ("W", weight.device()),
-            ("b", bias.device()),
-        ],
-        &[x.dtype(), weight.dtype(), bias.dtype()],
-    );
-    let g = Tensor::<B, 1>::from_data(
-        TensorData::new(vec![grad_loss], [1]),
-        (&x.device(), x.dtype()),
-    );
+    crate::validate::head_tensors("run_stages", &x, &weight, &bias, Some(&labels));
+    let g = upstream_gradient(grad_loss, &x);
     let x = x.into_primitive().tensor(); // [B, I]
     let weight = weight.into_primitive().tensor(); // [C, I]
     let (z, h) =
@@ -194,6 +176,14 @@ pub fn run_stages<B: FusedHeadBackend>(
         dz: read::<B>(dz),
         loss: read::<B>(loss)[0],
     }
+}
+
+/// The upstream gradient of the loss as a [1] tensor on `like`'s device and dtype.
+fn upstream_gradient<B: Backend>(grad_loss: f64, like: &Tensor<B, 2>) -> Tensor<B, 1> {
+    Tensor::from_data(
+        TensorData::new(vec![grad_loss], [1]),
+        (&like.device(), like.dtype()),
+    )
 }
 
 /// A float primitive's values as f64, row-major.
@@ -253,26 +243,8 @@ pub fn run_fast_path<B: FusedHeadBackend>(
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
 ) -> FastOutputs {
-    crate::validate::head_inputs(
-        "run_fast_path",
-        &B::head_limits(),
-        (
-            &x.dims(),
-            &weight.dims(),
-            &bias.dims(),
-            Some(&labels.dims()),
-        ),
-        &[
-            ("X", x.device()),
-            ("W", weight.device()),
-            ("b", bias.device()),
-        ],
-        &[x.dtype(), weight.dtype(), bias.dtype()],
-    );
-    let g = Tensor::<B, 1>::from_data(
-        TensorData::new(vec![grad_loss], [1]),
-        (&x.device(), x.dtype()),
-    );
+    crate::validate::head_tensors("run_fast_path", &x, &weight, &bias, Some(&labels));
+    let g = upstream_gradient(grad_loss, &x);
     let x = x.into_primitive().tensor(); // [B, I]
     let weight = weight.into_primitive().tensor(); // [C, I]
     let fwd = B::head_forward(
@@ -281,18 +253,13 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         bias.into_primitive().tensor(),
         labels.into_primitive(),
     );
-    let all = crate::backend::HeadWanted {
-        x: true,
-        weight: true,
-        bias: true,
-    };
     let grads = B::head_backward(
         x,
         weight,
         fwd.z.clone(),
         fwd.dh.clone(),
         g.into_primitive().tensor(),
-        all,
+        crate::backend::HeadWanted::ALL,
     );
     let wanted = |t: Option<burn::tensor::ops::FloatTensor<B>>| read::<B>(t.expect("wanted"));
     FastOutputs {

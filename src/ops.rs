@@ -25,22 +25,12 @@ pub fn linear_relu_cross_entropy<B: FusedHeadBackend>(
     bias: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
-    validate::head_inputs(
+    validate::head_tensors(
         "linear_relu_cross_entropy",
-        &B::head_limits(),
-        (
-            &x.dims(),
-            &weight.dims(),
-            &bias.dims(),
-            Some(&labels.dims()),
-        ),
-        &[
-            ("X", x.device()),
-            ("W", weight.device()),
-            ("b", bias.device()),
-            ("labels", labels.device()),
-        ],
-        &[x.dtype(), weight.dtype(), bias.dtype()],
+        &x,
+        &weight,
+        &bias,
+        Some(&labels),
     );
     let loss = B::linear_relu_cross_entropy(
         x.into_primitive().tensor(),
@@ -61,17 +51,7 @@ pub fn linear_relu_logits<B: FusedHeadBackend>(
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
 ) -> Tensor<B, 2> {
-    validate::head_inputs(
-        "linear_relu_logits",
-        &B::head_limits(),
-        (&x.dims(), &weight.dims(), &bias.dims(), None),
-        &[
-            ("X", x.device()),
-            ("W", weight.device()),
-            ("b", bias.device()),
-        ],
-        &[x.dtype(), weight.dtype(), bias.dtype()],
-    );
+    validate::head_tensors("linear_relu_logits", &x, &weight, &bias, None);
     let (_z, h) = B::head_linear_relu_forward(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),

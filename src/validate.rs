@@ -2,7 +2,7 @@
 //! every backend impl. Each failure panics before any kernel runs, naming the op, the shapes and
 //! what was expected, in the style of Burn's own tensor checks.
 
-use burn::tensor::DType;
+use burn::tensor::{DType, Int, Tensor};
 
 use crate::backend::HeadLimits;
 
@@ -169,6 +169,36 @@ pub(crate) fn head_inputs<D: PartialEq + core::fmt::Debug>(
         ],
     );
     (batch, inputs, classes)
+}
+
+/// [`head_inputs`] for the op's tensors on backend `B` (labels, when given, are checked for
+/// shape and device too). Returns `(B, I, C)`.
+pub(crate) fn head_tensors<B: crate::backend::FusedHeadBackend>(
+    op: &str,
+    x: &Tensor<B, 2>,
+    weight: &Tensor<B, 2>,
+    bias: &Tensor<B, 1>,
+    labels: Option<&Tensor<B, 1, Int>>,
+) -> (usize, usize, usize) {
+    let label_dims = labels.map(|l| l.dims());
+    let mut devices = vec![
+        ("X", x.device()),
+        ("W", weight.device()),
+        ("b", bias.device()),
+    ];
+    devices.extend(labels.map(|l| ("labels", l.device())));
+    head_inputs(
+        op,
+        &B::head_limits(),
+        (
+            &x.dims(),
+            &weight.dims(),
+            &bias.dims(),
+            label_dims.as_ref().map(|d| &d[..]),
+        ),
+        &devices,
+        &[x.dtype(), weight.dtype(), bias.dtype()],
+    )
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use cubecl::{cube, prelude::*};
 
 use crate::tree::strided_sum;
 
-/// Consecutive outputs per cube.
-const OUTPUTS: usize = 32;
+/// Consecutive outputs per cube (the host sizes its launch by it).
+pub const OUTPUTS: usize = 32;
 /// Units per output; OUTPUTS x GROUPS = 256 units per cube (the host's launch).
 const GROUPS: usize = 8;
 
