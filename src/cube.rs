@@ -238,19 +238,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             &labels.shape(),
             (0, 0),
         );
-        // Both paths end in the per-row losses, Z and dH; the mean is the same kernel.
-        let (loss_rows, z, dh) = if classes > SMALL_CLASSES {
+        let (loss, z, dh) = if classes > SMALL_CLASSES {
             let (z, h) = tiled_linear_relu_forward::<R, F>(x, weight, bias); // [B, C] each
             let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
-            (loss_rows, z, dh)
+            (Self::head_mean_loss(loss_rows), z, dh)
         } else {
             small_classes_forward::<R, F>(op, x, weight, bias, labels)
         };
-        HeadForward {
-            loss: Self::head_mean_loss(loss_rows),
-            z,
-            dh,
-        }
+        HeadForward { loss, z, dh }
     }
 
     fn head_backward(
@@ -291,37 +286,43 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             into_contiguous(dh),
             into_contiguous(grad_loss),
         );
-        // Geometry: columns per unit shrink as C grows (registers: 2 C cols values per unit).
-        let cols = match classes {
+        // Geometry: each unit owns one vector of N columns; N shrinks as C grows (registers:
+        // 2 C N values of W and dW per unit), and divides I.
+        let width = match classes {
             0..=8 => 4,
             9..=16 => 2,
             _ => 1,
         };
-        let col_tiles = inputs.div_ceil(CUBE_UNITS as usize * cols).max(1);
+        let n = vector_size(inputs, width);
+        let col_tiles = (inputs / n).div_ceil(CUBE_UNITS as usize).max(1);
         let chunk_rows = batch.div_ceil(MAX_CHUNKS).max(MIN_CHUNK_ROWS);
         let chunks = batch.div_ceil(chunk_rows);
         let dx = empty::<R>(&x, if wanted.x { [batch, inputs] } else { [1, 1] });
         let dw_part = empty::<R>(&x, [chunks, classes, inputs]); // [P, C, I]
         let db_part = empty::<R>(&x, [chunks, classes]); // [P, C]
         if chunks > 0 {
-            kernels::small_classes_backward::small_classes_backward::launch::<F, R>(
-                &x.client,
-                CubeCount::new_2d(col_tiles as u32, chunks as u32),
-                CubeDim::new_1d(CUBE_UNITS),
-                x.clone().into_tensor_arg(),
-                weight.into_tensor_arg(),
-                z.into_tensor_arg(),
-                dh.into_tensor_arg(),
-                grad_loss.into_tensor_arg(),
-                dx.clone().into_tensor_arg(),
-                dw_part.clone().into_tensor_arg(),
-                db_part.clone().into_tensor_arg(),
-                chunk_rows as u32,
-                classes,
-                cols,
-                STAGE_ROWS,
-                wanted.x,
-            );
+            // SAFETY: every access of the kernel is guarded (see its docs); the tensors are
+            // contiguous with the shapes it reads them by, and N divides I.
+            unsafe {
+                kernels::small_classes_backward::small_classes_backward::launch_unchecked::<F, R>(
+                    &x.client,
+                    CubeCount::new_2d(col_tiles as u32, chunks as u32),
+                    CubeDim::new_1d(CUBE_UNITS),
+                    n,
+                    x.clone().into_tensor_arg(),
+                    weight.into_tensor_arg(),
+                    z.into_tensor_arg(),
+                    dh.into_tensor_arg(),
+                    grad_loss.into_tensor_arg(),
+                    dx.clone().into_tensor_arg(),
+                    dw_part.clone().into_tensor_arg(),
+                    db_part.clone().into_tensor_arg(),
+                    chunk_rows as u32,
+                    classes,
+                    STAGE_ROWS,
+                    wanted.x,
+                );
+            }
         }
         HeadGradients {
             x: wanted.x.then_some(dx),
@@ -335,19 +336,38 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
         let op = "mean_loss";
         check::<R, F>(op, &[&loss_rows]);
-        let loss_rows = into_contiguous(loss_rows);
-        let out = empty::<R>(&loss_rows, [1]); // [1]
-        // Always one cube, also for B = 0, where it writes 0 / 0 = NaN.
-        kernels::mean_loss::mean_loss::launch::<F, R>(
-            &loss_rows.client,
+        let batch = loss_rows.shape()[0];
+        mean_of_parts::<R, F>(into_contiguous(loss_rows), batch)
+    }
+}
+
+/// `sum(parts) / batch` as a `[1]` tensor: one cube, also for no parts (B = 0 gives 0 / 0 = NaN).
+fn mean_of_parts<R: CubeRuntime, F: FloatElement>(
+    parts: CubeTensor<R>,
+    batch: usize,
+) -> CubeTensor<R> {
+    let out = empty::<R>(&parts, [1]); // [1]
+    // SAFETY: the kernel guards its reads by the parts' length and writes out[0] only.
+    unsafe {
+        kernels::mean_loss::mean_loss::launch_unchecked::<F, R>(
+            &parts.client,
             CubeCount::new_single(),
             CubeDim::new_1d(CUBE_UNITS),
-            loss_rows.clone().into_tensor_arg(),
+            parts.clone().into_tensor_arg(),
             out.clone().into_tensor_arg(),
+            batch as u32,
             CUBE_UNITS as usize,
         );
-        out
     }
+    out
+}
+
+/// The widest vector of at most `max` elements (4, 2 or 1) that divides `len`.
+fn vector_size(len: usize, max: usize) -> usize {
+    [4, 2, 1]
+        .into_iter()
+        .find(|&n| n <= max && len % n == 0)
+        .unwrap_or(1)
 }
 
 /// The integer types the label kernels are compiled for.
@@ -373,7 +393,7 @@ fn label_type(op: &str, dtype: DType) -> LabelType {
     }
 }
 
-/// The small-C forward (C <= SMALL_CLASSES): `(loss_rows [B], Z [B, C], dH [B, C])`.
+/// The small-C forward (C <= SMALL_CLASSES): `(loss [1], Z [B, C], dH [B, C])`.
 fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
     op: &str,
     x: CubeTensor<R>,
@@ -390,74 +410,130 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
     );
     let z = empty::<R>(&x, [batch, classes]); // [B, C]
     let dh = empty::<R>(&x, [batch, classes]); // [B, C]
-    let loss_rows = empty::<R>(&x, [batch]); // [B]
-    if batch > 0 {
-        let launch = match label_type(op, labels.dtype) {
-            LabelType::I32 => launch_small_classes_forward::<R, F, i32>,
-            LabelType::I64 => launch_small_classes_forward::<R, F, i64>,
-            LabelType::U32 => launch_small_classes_forward::<R, F, u32>,
-            LabelType::U64 => launch_small_classes_forward::<R, F, u64>,
-        };
-        launch(
-            [&x, &weight, &bias, &labels],
-            [&z, &loss_rows, &dh],
-            classes,
-        );
+    if batch == 0 {
+        // No rows: the mean over nothing is 0 / 0 = NaN, as stage 2 + mean_loss give.
+        let none = empty::<R>(&x, [0]);
+        return (mean_of_parts::<R, F>(none, 0), z, dh);
     }
-    (loss_rows, z, dh)
+    let geometry = SmallForward::new(batch, x.shape()[1], classes);
+    // The loss sums per cube [cubes], or with one cube the mean itself [1].
+    let loss = empty::<R>(&x, [if geometry.mean { 1 } else { geometry.cubes }]);
+    let launch = match label_type(op, labels.dtype) {
+        LabelType::I32 => launch_small_classes_forward::<R, F, i32>,
+        LabelType::I64 => launch_small_classes_forward::<R, F, i64>,
+        LabelType::U32 => launch_small_classes_forward::<R, F, u32>,
+        LabelType::U64 => launch_small_classes_forward::<R, F, u64>,
+    };
+    launch([&x, &weight, &bias, &labels], [&z, &dh, &loss], &geometry);
+    let loss = if geometry.mean {
+        loss
+    } else {
+        mean_of_parts::<R, F>(loss, batch)
+    };
+    (loss, z, dh)
 }
 
-/// Rows per plane of the small-C forward: as many as keep `rows * C` partial sums (registers)
-/// at 64 or fewer, at most 4.
-fn small_forward_rows(classes: usize) -> usize {
-    (64 / classes).clamp(1, 4)
+/// Launch geometry of the small-C forward, a rule of (B, I, C) only.
+struct SmallForward {
+    classes: usize,
+    /// Rows per plane: as many as keep `rows * C` partial sums (registers) at 64 or fewer, at
+    /// most 4.
+    rows: usize,
+    /// Vector width of the X and W loads (4, 2 or 1, dividing I).
+    vector: usize,
+    /// Segments of each row loaded per pass: about 16 elements of X in flight per lane.
+    steps: usize,
+    /// Cubes of 256 units (8 planes of 32 on CUDA).
+    cubes: usize,
+    /// One cube that writes the mean itself (small B: one launch fewer).
+    mean: bool,
 }
 
-/// The small-C forward for labels of type `L`: inputs X, W, b, labels; outputs Z, loss rows,
-/// dH. Planes stride over groups of rows, so a capped cube count covers any B.
+/// Up to this many cubes' worth of rows, the small-C forward runs as one cube that also writes
+/// the mean (each plane then walks at most this many groups of rows).
+const ONE_CUBE_UP_TO: usize = 4;
+
+impl SmallForward {
+    fn new(batch: usize, inputs: usize, classes: usize) -> Self {
+        let rows = (64 / classes).clamp(1, 4);
+        let vector = vector_size(inputs, 4);
+        let steps = (16 / (rows * vector)).max(1);
+        // With 32-unit planes, 8 planes per cube; smaller planes only add planes. Planes stride
+        // over the groups of rows, so the capped count covers any B.
+        let needed = batch.div_ceil(rows * 8);
+        let mean = needed <= ONE_CUBE_UP_TO;
+        let cubes = if mean {
+            1
+        } else {
+            needed.min(u16::MAX as usize)
+        };
+        Self {
+            classes,
+            rows,
+            vector,
+            steps,
+            cubes,
+            mean,
+        }
+    }
+}
+
+/// The small-C forward for labels of type `L`: inputs X, W, b, labels; outputs Z, dH, loss.
 fn launch_small_classes_forward<R: CubeRuntime, F: FloatElement, L: IntElement>(
     [x, weight, bias, labels]: [&CubeTensor<R>; 4],
-    [z, loss_rows, dh]: [&CubeTensor<R>; 3],
-    classes: usize,
+    [z, dh, loss]: [&CubeTensor<R>; 3],
+    geometry: &SmallForward,
 ) {
-    let batch = x.shape()[0];
-    let rows = small_forward_rows(classes);
-    // With 32-unit planes, 8 planes per cube; smaller planes only add planes.
-    let cubes = batch.div_ceil(rows * 8).min(u16::MAX as usize) as u32;
-    kernels::small_classes_forward::small_classes_forward::launch::<F, L, R>(
-        &x.client,
-        CubeCount::new_1d(cubes),
-        CubeDim::new_1d(CUBE_UNITS),
-        x.clone().into_tensor_arg(),
-        weight.clone().into_tensor_arg(),
-        bias.clone().into_tensor_arg(),
-        labels.clone().into_tensor_arg(),
-        z.clone().into_tensor_arg(),
-        loss_rows.clone().into_tensor_arg(),
-        dh.clone().into_tensor_arg(),
-        f32::NAN,
-        classes,
-        rows,
-    );
+    // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
+    // tensors are contiguous with the shapes it reads them by, the vector width divides I, and
+    // `loss` has one element per cube (or one, with `mean`).
+    unsafe {
+        kernels::small_classes_forward::small_classes_forward::launch_unchecked::<F, L, R>(
+            &x.client,
+            CubeCount::new_1d(geometry.cubes as u32),
+            CubeDim::new_1d(CUBE_UNITS),
+            geometry.vector,
+            x.clone().into_tensor_arg(),
+            weight.clone().into_tensor_arg(),
+            bias.clone().into_tensor_arg(),
+            labels.clone().into_tensor_arg(),
+            z.clone().into_tensor_arg(),
+            dh.clone().into_tensor_arg(),
+            loss.clone().into_tensor_arg(),
+            f32::NAN,
+            geometry.classes,
+            geometry.rows,
+            geometry.steps,
+            geometry.mean,
+        );
+    }
 }
 
-/// `out = sum_p part[p]`, in order, for a partial-sum tensor [P, ...] reshaped to `shape`.
+/// `out = sum_p part[p]`, in order, for a partial-sum tensor [P, ...] reshaped to `shape`. One
+/// part is the sum itself: it is returned as it is (the same memory), with no launch.
 fn partial_sum<R: CubeRuntime, F: FloatElement>(
     part: CubeTensor<R>,
     shape: impl Into<Shape>,
 ) -> CubeTensor<R> {
+    let shape = shape.into();
+    if part.shape()[0] == 1 {
+        return burn_cubecl::ops::reshape(part, shape);
+    }
     let out = empty::<R>(&part, shape);
     let n = out.shape().num_elements();
     // OUTPUTS outputs per cube of 256 units; idle units past n write nothing.
     let cubes = n.div_ceil(kernels::partial_sum::OUTPUTS);
     if let Some((count, dim)) = elementwise(&out, cubes * CUBE_UNITS as usize) {
-        kernels::partial_sum::partial_sum::launch::<F, R>(
-            &out.client,
-            count,
-            dim,
-            part.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-        );
+        // SAFETY: the kernel guards every read and write by the output's length.
+        unsafe {
+            kernels::partial_sum::partial_sum::launch_unchecked::<F, R>(
+                &out.client,
+                count,
+                dim,
+                part.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+            );
+        }
     }
     out
 }
@@ -490,16 +566,19 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     let z = empty::<R>(&x, [batch, classes]); // [B, C]
     let h = empty::<R>(&x, [batch, classes]); // [B, C]
     if batch * classes > 0 {
-        kernels::tiled_linear_relu_forward::tiled_linear_relu_forward::launch::<F, R>(
-            &x.client,
-            tile_grid("head_forward", batch, classes),
-            CubeDim::new_1d(kernels::tiled_matmul::UNITS),
-            x.clone().into_tensor_arg(),
-            weight.into_tensor_arg(),
-            bias.into_tensor_arg(),
-            z.clone().into_tensor_arg(),
-            h.clone().into_tensor_arg(),
-        );
+        // SAFETY: the kernel guards every global read and write by the shapes.
+        unsafe {
+            kernels::tiled_linear_relu_forward::tiled_linear_relu_forward::launch_unchecked::<F, R>(
+                &x.client,
+                tile_grid("head_forward", batch, classes),
+                CubeDim::new_1d(kernels::tiled_matmul::UNITS),
+                x.clone().into_tensor_arg(),
+                weight.into_tensor_arg(),
+                bias.into_tensor_arg(),
+                z.clone().into_tensor_arg(),
+                h.clone().into_tensor_arg(),
+            );
+        }
     }
     (z, h)
 }
@@ -545,17 +624,20 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
         let CubeCount::Static(x, y, _) = tile_grid("head_backward", m, n) else {
             unreachable!("tile_grid counts statically")
         };
-        kernels::tiled_matmul::tiled_matmul::launch::<F, R>(
-            &a.client,
-            CubeCount::new_3d(x, y, slices as u32),
-            CubeDim::new_1d(kernels::tiled_matmul::UNITS),
-            a.clone().into_tensor_arg(),
-            b.clone().into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            k_per_slice as u32,
-            a_k_contiguous,
-            b_k_contiguous,
-        );
+        // SAFETY: the kernel guards every global read and write by the shapes.
+        unsafe {
+            kernels::tiled_matmul::tiled_matmul::launch_unchecked::<F, R>(
+                &a.client,
+                CubeCount::new_3d(x, y, slices as u32),
+                CubeDim::new_1d(kernels::tiled_matmul::UNITS),
+                a.clone().into_tensor_arg(),
+                b.clone().into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                k_per_slice as u32,
+                a_k_contiguous,
+                b_k_contiguous,
+            );
+        }
     }
     if slices == 1 {
         out

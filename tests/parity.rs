@@ -44,9 +44,11 @@ fn shape_sweep<B: FusedHeadBackend>(device: &B::Device) {
 }
 
 /// (B, I, C) across the fast path's switches: C around the small-C limit (32) and the
-/// columns-per-unit steps (8, 16), I past one column tile (256 units x 4 columns), B past the
-/// backward's row chunks (64) and shared stages (32), tiles of 128 with ragged edges, and a
-/// weight gradient with too few tiles, whose K (= B) is split into slices.
+/// vector-width steps of the backward (8, 16), I divisible by 4, by 2 only and by neither (the
+/// vector widths), I past one column tile (256 vectors), B past the backward's row chunks (64,
+/// where the one-chunk partial sums are used as they are) and shared stages (32), B on both
+/// sides of the forward's one-cube launch (which writes the mean itself), tiles of 128 with
+/// ragged edges, and a weight gradient with too few tiles, whose K (= B) is split into slices.
 const FAST_SHAPES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (3, 1030, 8),
@@ -59,6 +61,7 @@ const FAST_SHAPES: &[(usize, usize, usize)] = &[
     (257, 140, 40),
     (601, 37, 7),
     (601, 20, 40),
+    (300, 1100, 5),
 ];
 
 /// The fast path (head_forward + head_backward) against the f64 reference stages, and against

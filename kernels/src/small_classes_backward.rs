@@ -3,40 +3,42 @@
 //!
 //! X [B, I], W [C, I], Z and dH [B, C], g [1] (the upstream gradient); writes dX [B, I] (when
 //! `write_dx`) and, per chunk of rows, partial sums of dW [P, C, I] and db [P, C], which
-//! `partial_sum` adds in chunk order afterwards (deterministic, no atomics). All contiguous.
+//! `partial_sum` adds in chunk order afterwards (deterministic, no atomics; with one chunk they
+//! are dW and db). All contiguous; X, W, dX and dW are read and written as vectors of N
+//! elements (N divides I).
 //!
-//! Layout: cube (t, p) owns a tile of columns and the rows of chunk p. Unit u of the cube owns
-//! the columns `t * U * cols + j * U + u` (U units, j < cols), keeps their C x cols values of W
-//! in registers and accumulates their C x cols partial sums of dW over the chunk's rows; no unit
-//! ever sums across units. dZ = dH [Z > 0] g is computed once per row and shared through shared
-//! memory, `stage_rows` rows at a time.
+//! Layout: cube (t, p) owns a tile of vectors of columns and the rows of chunk p. Unit u of the
+//! cube owns the vector `t * U + u` (U units), keeps its C vectors of W in registers and
+//! accumulates its C vectors of dW partial sums over the chunk's rows; no unit ever sums
+//! across units. dZ = dH [Z > 0] g is computed once per row and shared through shared memory,
+//! `stage_rows` rows at a time.
 //!
 //! Term by term this is stage 3 (the same select), stage 6 (the same order over c) and stages
-//! 4 and 5 with the batch sum split into chunks.
+//! 4 and 5 with the batch sum split into chunks. Every access is guarded, so the host launches
+//! it without bound checks.
 
 use cubecl::{cube, prelude::*};
 
 /// Rows whose X loads are issued together, before any is used.
 const GROUP: usize = 4;
 
-#[cube(launch)]
-pub fn small_classes_backward<F: Float>(
-    x: &Tensor<F>,
-    w: &Tensor<F>,
+#[cube(launch_unchecked)]
+pub fn small_classes_backward<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
     z: &Tensor<F>,
     dh: &Tensor<F>,
     g: &Tensor<F>,
-    dx: &mut Tensor<F>,
-    dw_part: &mut Tensor<F>,
+    dx: &mut Tensor<Vector<F, N>>,
+    dw_part: &mut Tensor<Vector<F, N>>,
     db_part: &mut Tensor<F>,
     rows_per_chunk: u32,
     #[comptime] classes: usize,
-    #[comptime] cols: usize,
     #[comptime] stage_rows: usize,
     #[comptime] write_dx: bool,
 ) {
     let batch = x.shape(0);
-    let inputs = x.shape(1);
+    let vectors = x.shape(1) / N::value();
     let unit = UNIT_POS as usize;
     let units = CUBE_DIM as usize;
     let tile = CUBE_POS_X as usize;
@@ -47,26 +49,24 @@ pub fn small_classes_backward<F: Float>(
         row_start + rows_per_chunk as usize,
         batch,
     );
-    let base_col = tile * units * cols + unit;
+    let col = tile * units + unit;
+    let live = col < vectors;
     let grad = g[0];
+    let zero = Vector::<F, N>::empty().fill(F::new(0.0));
 
-    // 1. This unit's columns of W, and zeroed accumulators.
-    let mut wr = Array::<F>::new(classes * cols);
-    let mut acc = Array::<F>::new(classes * cols);
+    // 1. This unit's vectors of W, and zeroed accumulators.
+    let mut wr = Array::<Vector<F, N>>::new(classes);
+    let mut acc = Array::<Vector<F, N>>::new(classes);
     let mut acc_b = Array::<F>::new(classes);
     #[unroll]
     for c in 0..classes {
         acc_b[c] = F::new(0.0);
-        #[unroll]
-        for j in 0..cols {
-            let col = base_col + j * units;
-            let mut v = F::new(0.0);
-            if col < inputs {
-                v = w[c * inputs + col];
-            }
-            wr[c * cols + j] = v;
-            acc[c * cols + j] = F::new(0.0);
+        let mut v = zero;
+        if live {
+            v = w[c * vectors + col];
         }
+        wr[c] = v;
+        acc[c] = zero;
     }
 
     let mut smem = SharedMemory::<F>::new(stage_rows * classes);
@@ -93,18 +93,14 @@ pub fn small_classes_backward<F: Float>(
         let mut rr = 0;
         while rr < rows_here {
             // X of GROUP rows, every load issued before the first use.
-            let mut xs = Array::<F>::new(GROUP * cols);
+            let mut xs = Array::<Vector<F, N>>::new(GROUP);
             #[unroll]
             for u in 0..GROUP {
-                #[unroll]
-                for j in 0..cols {
-                    let col = base_col + j * units;
-                    let mut v = F::new(0.0);
-                    if rr + u < rows_here && col < inputs {
-                        v = x[(r0 + rr + u) * inputs + col];
-                    }
-                    xs[u * cols + j] = v;
+                let mut v = zero;
+                if rr + u < rows_here && live {
+                    v = x[(r0 + rr + u) * vectors + col];
                 }
+                xs[u] = v;
             }
             #[unroll]
             for u in 0..GROUP {
@@ -116,20 +112,17 @@ pub fn small_classes_backward<F: Float>(
                         d[c] = smem[(rr + u) * classes + c];
                         acc_b[c] += d[c];
                     }
-                    #[unroll]
-                    for j in 0..cols {
-                        let col = base_col + j * units;
-                        if col < inputs {
-                            let xv = xs[u * cols + j];
-                            let mut s = F::new(0.0);
-                            #[unroll]
-                            for c in 0..classes {
-                                s += d[c] * wr[c * cols + j];
-                                acc[c * cols + j] += d[c] * xv;
-                            }
-                            if write_dx {
-                                dx[row * inputs + col] = s;
-                            }
+                    if live {
+                        let xv = xs[u];
+                        let mut s = zero;
+                        #[unroll]
+                        for c in 0..classes {
+                            let dv = Vector::<F, N>::new(d[c]);
+                            s += dv * wr[c];
+                            acc[c] += dv * xv;
+                        }
+                        if write_dx {
+                            dx[row * vectors + col] = s;
                         }
                     }
                 }
@@ -142,14 +135,10 @@ pub fn small_classes_backward<F: Float>(
     }
 
     // 4. This chunk's partial sums.
-    #[unroll]
-    for c in 0..classes {
+    if live {
         #[unroll]
-        for j in 0..cols {
-            let col = base_col + j * units;
-            if col < inputs {
-                dw_part[(chunk * classes + c) * inputs + col] = acc[c * cols + j];
-            }
+        for c in 0..classes {
+            dw_part[(chunk * classes + c) * vectors + col] = acc[c];
         }
     }
     if tile == 0 && unit == 0 {

@@ -12,7 +12,7 @@ use crate::tiled_matmul::{TILE, gemm_tile};
 const MICRO: usize = 8;
 const SIDE: usize = 16;
 
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn tiled_linear_relu_forward<F: Float>(
     x: &Tensor<F>,
     w: &Tensor<F>,

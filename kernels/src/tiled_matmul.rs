@@ -172,7 +172,7 @@ pub fn gemm_tile<F: Float>(
 /// (split K, when the output has too few tiles to fill the device; the host adds the slices
 /// in order with `partial_sum`). Cube (x, y, z) computes the tile at columns `x * TILE`, rows
 /// `y * TILE`, of slice z.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn tiled_matmul<F: Float>(
     a: &Tensor<F>,
     b: &Tensor<F>,
