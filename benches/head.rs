@@ -303,6 +303,14 @@ fn main() {
     shapes.extend([1024, 16384].map(|b| (b, 1024, 10)));
     shapes.extend([10, 100, 1000, 8000].map(|c| (8192, 1024, c)));
     shapes.push((8192, 4096, 32000));
+    // `--shape B,I,C`: that shape only (a quick look while tuning).
+    if let Some(k) = args.iter().position(|a| a == "--shape") {
+        let v: Vec<usize> = args[k + 1]
+            .split(',')
+            .map(|n| n.parse().expect("--shape B,I,C"))
+            .collect();
+        shapes = vec![(v[0], v[1], v[2])];
+    }
     print_header("CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32");
     for shape in shapes {
         let data = HeadData::random(1, shape.0, shape.1, shape.2);

@@ -538,6 +538,11 @@ fn partial_sum<R: CubeRuntime, F: FloatElement>(
     out
 }
 
+/// EXPERIMENT (to be removed): the tiled products' variant, from `FUSED_HEAD_GEMM_PREFETCH`.
+fn gemm_prefetch() -> bool {
+    std::env::var_os("FUSED_HEAD_GEMM_PREFETCH").is_some()
+}
+
 /// Cube counts of the tiled kernels: (columns of tiles, rows of tiles) of an `[M, N]` output.
 fn tile_grid(op: &str, m: usize, n: usize) -> CubeCount {
     use kernels::tiled_matmul::TILE;
@@ -577,6 +582,7 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
                 bias.into_tensor_arg(),
                 z.clone().into_tensor_arg(),
                 h.clone().into_tensor_arg(),
+                gemm_prefetch(),
             );
         }
     }
@@ -636,6 +642,7 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
                 k_per_slice as u32,
                 a_k_contiguous,
                 b_k_contiguous,
+                gemm_prefetch(),
             );
         }
     }

@@ -7,7 +7,7 @@
 
 use cubecl::{cube, prelude::*};
 
-use crate::tiled_matmul::{TILE, gemm_tile};
+use crate::tiled_matmul::{TILE, gemm_tile, micro_offset};
 
 const MICRO: usize = 8;
 const SIDE: usize = 16;
@@ -19,6 +19,7 @@ pub fn tiled_linear_relu_forward<F: Float>(
     b: &Tensor<F>,
     z: &mut Tensor<F>,
     h: &mut Tensor<F>,
+    #[comptime] prefetch: bool,
 ) {
     let batch = x.shape(0);
     let inputs = x.shape(1);
@@ -27,18 +28,18 @@ pub fn tiled_linear_relu_forward<F: Float>(
     let n0 = CUBE_POS_X as usize * TILE;
     let mut acc = Array::<F>::new(MICRO * MICRO);
     gemm_tile::<F>(
-        x, w, &mut acc, m0, n0, batch, classes, 0, inputs, inputs, true, true,
+        x, w, &mut acc, m0, n0, batch, classes, 0, inputs, inputs, true, true, prefetch,
     );
     let unit = UNIT_POS as usize;
     let (tx, ty) = (unit % SIDE, unit / SIDE);
     #[unroll]
     for j in 0..MICRO {
-        let n = n0 + tx + SIDE * j;
+        let n = n0 + micro_offset(j, tx);
         if n < classes {
             let bias = b[n];
             #[unroll]
             for i in 0..MICRO {
-                let m = m0 + ty + SIDE * i;
+                let m = m0 + micro_offset(i, ty);
                 if m < batch {
                     let pre = acc[i * MICRO + j] + bias;
                     z[m * classes + n] = pre;

@@ -24,72 +24,97 @@ pub const DEPTH: usize = 8;
 pub const UNITS: u32 = 256;
 const MICRO: usize = 8;
 const SIDE: usize = 16;
-/// Padded row length of the shared blocks.
-const PADDED: usize = TILE + 4;
+/// Elements per shared-memory vector.
+const V: usize = 4;
+/// Vectors per row of a shared block, plus one of padding (no bank conflicts when the units
+/// store along K).
+const PADDED: usize = TILE / V + 1;
 
-/// Elements of one operand block each unit moves per step.
-const PER_UNIT: usize = DEPTH * TILE / UNITS as usize;
-
-/// Where element `l` of this unit's share of a DEPTH x TILE block lies: `(k, t)`, t along M (A)
-/// or N (B). Consecutive units walk the operand's stored contiguous dimension.
+/// Where this unit's vector of a DEPTH x TILE block lies: `(k, vector index along t)`, t along
+/// M (A) or N (B); DEPTH x TILE / V = UNITS, one vector per unit. Consecutive units walk the
+/// operand's stored contiguous dimension.
 #[cube]
-fn block_position(l: usize, #[comptime] k_contiguous: bool) -> (usize, usize) {
-    let e = UNIT_POS as usize + l * UNITS as usize;
-    let mut k = e / TILE;
-    let mut t = e % TILE;
+fn block_position(#[comptime] k_contiguous: bool) -> (usize, usize) {
+    let unit = UNIT_POS as usize;
+    let mut k = unit / (TILE / V);
+    let mut tv = unit % (TILE / V);
     if k_contiguous {
-        k = e % DEPTH;
-        t = e / DEPTH;
+        k = unit % DEPTH;
+        tv = unit / DEPTH;
     }
-    (k, t)
+    (k, tv)
 }
 
-/// Reads this unit's share of the block at (`k0`, `t0`) from global memory into `regs`, zero
-/// outside `k < k_end`, `t < t_size`. `k_contiguous`: stored [T, K], else stored [K, T].
+/// This unit's vector of the block at (`k0`, `t0`), from global memory: zero outside
+/// `k < k_end`, `t < t_size`. `k_contiguous`: stored [T, K], else stored [K, T].
 #[cube]
 fn load_block<F: Float>(
     src: &Tensor<F>,
-    regs: &mut Array<F>,
     t0: usize,
     t_size: usize,
     k0: usize,
     k_end: usize,
     k_size: usize,
     #[comptime] k_contiguous: bool,
-) {
+) -> Vector<F, Const<4>> {
+    let (k, tv) = block_position(k_contiguous);
+    let gk = k0 + k;
+    let mut v = Vector::<F, Const<4>>::empty().fill(F::new(0.0));
     #[unroll]
-    for l in 0..PER_UNIT {
-        let (k, t) = block_position(l, k_contiguous);
-        let gk = k0 + k;
-        let gt = t0 + t;
-        let mut v = F::new(0.0);
+    for j in 0..V {
+        let gt = t0 + tv * V + j;
         if gk < k_end && gt < t_size {
             if k_contiguous {
-                v = src[gt * k_size + gk];
+                v[j] = src[gt * k_size + gk];
             } else {
-                v = src[gk * t_size + gt];
+                v[j] = src[gk * t_size + gt];
             }
         }
-        regs[l] = v;
     }
+    v
 }
 
-/// Writes this unit's share of a block from `regs` to `smem[k * PADDED + t]`.
+/// 64 FMAs of step `k` of the shared blocks at `base` (in vectors): rows `ty * 4 + i` and
+/// `64 + ty * 4 + i`, columns `tx * 4 + j` and `64 + tx * 4 + j`, four vector reads.
 #[cube]
-fn store_block<F: Float>(
-    regs: &Array<F>,
-    smem: &mut SharedMemory<F>,
-    #[comptime] k_contiguous: bool,
+fn step_fma<F: Float>(
+    smem_a: &SharedMemory<Vector<F, Const<4>>>,
+    smem_b: &SharedMemory<Vector<F, Const<4>>>,
+    acc: &mut Array<F>,
+    row: usize,
+    tx: usize,
+    ty: usize,
 ) {
+    let a_lo = smem_a[row + ty];
+    let a_hi = smem_a[row + SIDE + ty];
+    let b_lo = smem_b[row + tx];
+    let b_hi = smem_b[row + SIDE + tx];
     #[unroll]
-    for l in 0..PER_UNIT {
-        let (k, t) = block_position(l, k_contiguous);
-        smem[k * PADDED + t] = regs[l];
+    for i in 0..V {
+        #[unroll]
+        for j in 0..V {
+            acc[i * MICRO + j] += a_lo[i] * b_lo[j];
+            acc[i * MICRO + V + j] += a_lo[i] * b_hi[j];
+            acc[(V + i) * MICRO + j] += a_hi[i] * b_lo[j];
+            acc[(V + i) * MICRO + V + j] += a_hi[i] * b_hi[j];
+        }
     }
 }
 
-/// Accumulates this unit's 8 x 8 outputs of the cube's tile (rows `m0 + ty + 16 i`, columns
-/// `n0 + tx + 16 j`) into `acc[i * 8 + j]`, over k in `[k_begin, k_end)` (of K = `k_size`).
+/// Row `i` (of 8) of this unit's outputs within the tile: `(i / 4) * 64 + ty * 4 + i % 4`
+/// (columns the same with `tx`).
+#[cube]
+pub fn micro_offset(i: usize, t: usize) -> usize {
+    (i / V) * (TILE / 2) + t * V + i % V
+}
+
+/// Accumulates this unit's 8 x 8 outputs of the cube's tile (rows `m0 + micro_offset(i, ty)`,
+/// columns `n0 + micro_offset(j, tx)`) into `acc[i * 8 + j]`, over k in `[k_begin, k_end)` (of
+/// K = `k_size`).
+///
+/// `prefetch`: two shared buffers; the next step's global loads are issued before this step's
+/// FMAs and stored into the other buffer after them, one barrier per step. Without: load,
+/// store, barrier, FMAs, barrier.
 #[cube]
 pub fn gemm_tile<F: Float>(
     a: &Tensor<F>,
@@ -104,67 +129,68 @@ pub fn gemm_tile<F: Float>(
     k_size: usize,
     #[comptime] a_k_contiguous: bool,
     #[comptime] b_k_contiguous: bool,
+    #[comptime] prefetch: bool,
 ) {
     let unit = UNIT_POS as usize;
     let tx = unit % SIDE;
     let ty = unit / SIDE;
-    let mut smem_a = SharedMemory::<F>::new(DEPTH * PADDED);
-    let mut smem_b = SharedMemory::<F>::new(DEPTH * PADDED);
     #[unroll]
     for e in 0..MICRO * MICRO {
         acc[e] = F::new(0.0);
     }
-    let mut a_frag = Array::<F>::new(MICRO);
-    let mut b_frag = Array::<F>::new(MICRO);
-
-    // Measured: reading the next step's blocks into registers before this step's FMAs (a
-    // register prefetch) was slower on the H200 (223 -> 279 ms at (8192, 4096, 32000)), so each
-    // step loads, stores and waits (PERF_NOTES.md, change 4).
-    let mut regs_a = Array::<F>::new(PER_UNIT);
-    let mut regs_b = Array::<F>::new(PER_UNIT);
-    let mut k0 = k_begin;
-    while k0 < k_end {
-        load_block::<F>(
-            a,
-            &mut regs_a,
-            m0,
-            m_size,
-            k0,
-            k_end,
-            k_size,
-            a_k_contiguous,
-        );
-        load_block::<F>(
-            b,
-            &mut regs_b,
-            n0,
-            n_size,
-            k0,
-            k_end,
-            k_size,
-            b_k_contiguous,
-        );
-        store_block::<F>(&regs_a, &mut smem_a, a_k_contiguous);
-        store_block::<F>(&regs_b, &mut smem_b, b_k_contiguous);
+    let (ka, tva) = block_position(a_k_contiguous);
+    let (kb, tvb) = block_position(b_k_contiguous);
+    let block = DEPTH * PADDED;
+    if prefetch {
+        let mut smem_a = SharedMemory::<Vector<F, Const<4>>>::new(2 * DEPTH * PADDED);
+        let mut smem_b = SharedMemory::<Vector<F, Const<4>>>::new(2 * DEPTH * PADDED);
+        let mut va = load_block::<F>(a, m0, m_size, k_begin, k_end, k_size, a_k_contiguous);
+        let mut vb = load_block::<F>(b, n0, n_size, k_begin, k_end, k_size, b_k_contiguous);
+        smem_a[ka * PADDED + tva] = va;
+        smem_b[kb * PADDED + tvb] = vb;
         sync_cube();
-        #[unroll]
-        for k in 0..DEPTH {
-            #[unroll]
-            for i in 0..MICRO {
-                a_frag[i] = smem_a[k * PADDED + ty + SIDE * i];
-                b_frag[i] = smem_b[k * PADDED + tx + SIDE * i];
+        let mut cur = 0;
+        let mut k0 = k_begin;
+        // Step s reads buffer s % 2 and fills the other, which every unit finished reading
+        // in step s - 1 (the barrier that ended it); the barrier ending step s publishes it.
+        while k0 < k_end {
+            let next = k0 + DEPTH;
+            let more = next < k_end;
+            if more {
+                va = load_block::<F>(a, m0, m_size, next, k_end, k_size, a_k_contiguous);
+                vb = load_block::<F>(b, n0, n_size, next, k_end, k_size, b_k_contiguous);
             }
             #[unroll]
-            for i in 0..MICRO {
-                #[unroll]
-                for j in 0..MICRO {
-                    acc[i * MICRO + j] += a_frag[i] * b_frag[j];
-                }
+            for k in 0..DEPTH {
+                step_fma::<F>(&smem_a, &smem_b, acc, cur + k * PADDED, tx, ty);
             }
+            if more {
+                let other = block - cur;
+                smem_a[other + ka * PADDED + tva] = va;
+                smem_b[other + kb * PADDED + tvb] = vb;
+            }
+            sync_cube();
+            cur = block - cur;
+            k0 = next;
         }
-        // The next stores may overwrite the blocks only after every unit has read them.
-        sync_cube();
-        k0 += DEPTH;
+    } else {
+        let mut smem_a = SharedMemory::<Vector<F, Const<4>>>::new(DEPTH * PADDED);
+        let mut smem_b = SharedMemory::<Vector<F, Const<4>>>::new(DEPTH * PADDED);
+        let mut k0 = k_begin;
+        while k0 < k_end {
+            let va = load_block::<F>(a, m0, m_size, k0, k_end, k_size, a_k_contiguous);
+            let vb = load_block::<F>(b, n0, n_size, k0, k_end, k_size, b_k_contiguous);
+            smem_a[ka * PADDED + tva] = va;
+            smem_b[kb * PADDED + tvb] = vb;
+            sync_cube();
+            #[unroll]
+            for k in 0..DEPTH {
+                step_fma::<F>(&smem_a, &smem_b, acc, k * PADDED, tx, ty);
+            }
+            // The next stores may overwrite the blocks only after every unit has read them.
+            sync_cube();
+            k0 += DEPTH;
+        }
     }
 }
 
@@ -180,6 +206,7 @@ pub fn tiled_matmul<F: Float>(
     k_per_slice: u32,
     #[comptime] a_k_contiguous: bool,
     #[comptime] b_k_contiguous: bool,
+    #[comptime] prefetch: bool,
 ) {
     let rank = out.rank();
     let m_size = out.shape(rank - 2);
@@ -212,16 +239,17 @@ pub fn tiled_matmul<F: Float>(
         k_size,
         a_k_contiguous,
         b_k_contiguous,
+        prefetch,
     );
     let base = slice * m_size * n_size;
     let unit = UNIT_POS as usize;
     let (tx, ty) = (unit % SIDE, unit / SIDE);
     #[unroll]
     for i in 0..MICRO {
-        let m = m0 + ty + SIDE * i;
+        let m = m0 + micro_offset(i, ty);
         #[unroll]
         for j in 0..MICRO {
-            let n = n0 + tx + SIDE * j;
+            let n = n0 + micro_offset(j, tx);
             if m < m_size && n < n_size {
                 out[base + m * n_size + n] = acc[i * MICRO + j];
             }
