@@ -4,7 +4,8 @@
 //! cargo run --release --example profile_head --features cuda -- 65536 1024 10 [steps]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
-//! kernel launch is the op's own); without, on NdArray.
+//! kernel launch is the op's own), or with `FUSED_HEAD_PROFILE_FUSION=1` set on the default
+//! `Cuda` type (fusion on); without the feature, on NdArray.
 
 use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
@@ -37,10 +38,15 @@ fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
 
 #[cfg(feature = "cuda")]
 fn main() {
-    use burn::backend::Autodiff;
+    use burn::backend::{Autodiff, Cuda};
     use burn_cubecl::CubeBackend;
     use cubecl::cuda::CudaRuntime;
-    run::<Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>>(&Default::default());
+    // FUSED_HEAD_PROFILE_FUSION=1: the default `Cuda` type (fusion on) instead.
+    if std::env::var_os("FUSED_HEAD_PROFILE_FUSION").is_some() {
+        run::<Autodiff<Cuda>>(&Default::default());
+    } else {
+        run::<Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>>(&Default::default());
+    }
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -320,6 +320,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                     chunk_rows as u32,
                     classes,
                     STAGE_ROWS,
+                    std::env::var("FUSED_HEAD_SMALL_BWD_GROUP")
+                        .map(|g| g.parse().unwrap())
+                        .unwrap_or(4usize),
                     wanted.x,
                 );
             }
@@ -455,9 +458,14 @@ const ONE_CUBE_UP_TO: usize = 4;
 
 impl SmallForward {
     fn new(batch: usize, inputs: usize, classes: usize) -> Self {
-        let rows = (64 / classes).clamp(1, 4);
+        let mut rows = (64 / classes).clamp(1, 4);
         let vector = vector_size(inputs, 4);
-        let steps = (16 / (rows * vector)).max(1);
+        let mut steps = (16 / (rows * vector)).max(1);
+        // EXPERIMENT (to be removed): FUSED_HEAD_SMALL_FWD=rows,steps
+        if let Ok(v) = std::env::var("FUSED_HEAD_SMALL_FWD") {
+            let v: Vec<usize> = v.split(',').map(|n| n.parse().unwrap()).collect();
+            (rows, steps) = (v[0], v[1]);
+        }
         // With 32-unit planes, 8 planes per cube; smaller planes only add planes. Planes stride
         // over the groups of rows, so the capped count covers any B.
         let needed = batch.div_ceil(rows * 8);
@@ -538,11 +546,6 @@ fn partial_sum<R: CubeRuntime, F: FloatElement>(
     out
 }
 
-/// EXPERIMENT (to be removed): the tiled products' variant, from `FUSED_HEAD_GEMM_PREFETCH`.
-fn gemm_prefetch() -> bool {
-    std::env::var_os("FUSED_HEAD_GEMM_PREFETCH").is_some()
-}
-
 /// Cube counts of the tiled kernels: (columns of tiles, rows of tiles) of an `[M, N]` output.
 fn tile_grid(op: &str, m: usize, n: usize) -> CubeCount {
     use kernels::tiled_matmul::TILE;
@@ -582,7 +585,6 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
                 bias.into_tensor_arg(),
                 z.clone().into_tensor_arg(),
                 h.clone().into_tensor_arg(),
-                gemm_prefetch(),
             );
         }
     }
@@ -642,7 +644,6 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
                 k_per_slice as u32,
                 a_k_contiguous,
                 b_k_contiguous,
-                gemm_prefetch(),
             );
         }
     }

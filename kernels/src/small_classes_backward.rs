@@ -19,9 +19,6 @@
 
 use cubecl::{cube, prelude::*};
 
-/// Rows whose X loads are issued together, before any is used.
-const GROUP: usize = 4;
-
 #[cube(launch_unchecked)]
 pub fn small_classes_backward<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
@@ -35,6 +32,7 @@ pub fn small_classes_backward<F: Float, N: Size>(
     rows_per_chunk: u32,
     #[comptime] classes: usize,
     #[comptime] stage_rows: usize,
+    #[comptime] group: usize,
     #[comptime] write_dx: bool,
 ) {
     let batch = x.shape(0);
@@ -92,10 +90,10 @@ pub fn small_classes_backward<F: Float, N: Size>(
         let rows_here = select(r0 + stage_rows < row_end, stage_rows, row_end - r0);
         let mut rr = 0;
         while rr < rows_here {
-            // X of GROUP rows, every load issued before the first use.
-            let mut xs = Array::<Vector<F, N>>::new(GROUP);
+            // X of group rows, every load issued before the first use.
+            let mut xs = Array::<Vector<F, N>>::new(group);
             #[unroll]
-            for u in 0..GROUP {
+            for u in 0..group {
                 let mut v = zero;
                 if rr + u < rows_here && live {
                     v = x[(r0 + rr + u) * vectors + col];
@@ -103,7 +101,7 @@ pub fn small_classes_backward<F: Float, N: Size>(
                 xs[u] = v;
             }
             #[unroll]
-            for u in 0..GROUP {
+            for u in 0..group {
                 if rr + u < rows_here {
                     let row = r0 + rr + u;
                     let mut d = Array::<F>::new(classes);
@@ -127,7 +125,7 @@ pub fn small_classes_backward<F: Float, N: Size>(
                     }
                 }
             }
-            rr += GROUP;
+            rr += group;
         }
         // Nobody overwrites the staged rows before every unit is done with them.
         sync_cube();

@@ -19,7 +19,6 @@ pub fn tiled_linear_relu_forward<F: Float>(
     b: &Tensor<F>,
     z: &mut Tensor<F>,
     h: &mut Tensor<F>,
-    #[comptime] prefetch: bool,
 ) {
     let batch = x.shape(0);
     let inputs = x.shape(1);
@@ -28,7 +27,7 @@ pub fn tiled_linear_relu_forward<F: Float>(
     let n0 = CUBE_POS_X as usize * TILE;
     let mut acc = Array::<F>::new(MICRO * MICRO);
     gemm_tile::<F>(
-        x, w, &mut acc, m0, n0, batch, classes, 0, inputs, inputs, true, true, prefetch,
+        x, w, &mut acc, m0, n0, batch, classes, 0, inputs, inputs, true, true,
     );
     let unit = UNIT_POS as usize;
     let (tx, ty) = (unit % SIDE, unit / SIDE);

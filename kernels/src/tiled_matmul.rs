@@ -8,11 +8,15 @@
 //! - `b_k_contiguous`: B stored [N, K] (B = that^T, as W^T), else stored [K, N].
 //!
 //! One cube of 256 units computes a TILE x TILE (128 x 128) block of Out. Per step of DEPTH (8)
-//! along K, the cube stages the A and B blocks in shared memory (loads ordered along each
-//! operand's contiguous dimension, rows padded against bank conflicts), then each unit
-//! accumulates an 8 x 8 grid of outputs, rows `ty + 16 i`, columns `tx + 16 j`, with 16 shared
-//! loads per 64 FMAs. Out of range elements load as 0 and are never stored. The sum over k runs
-//! in order, so the result is deterministic.
+//! along K, the cube stages the A and B blocks in shared memory as vectors of 4 along M (or N)
+//! (loads ordered along each operand's contiguous dimension, rows padded against bank
+//! conflicts), then each unit accumulates an 8 x 8 grid of outputs, rows `ty * 4 + i` and
+//! `64 + ty * 4 + i`, columns likewise with `tx` (i < 4), with 4 vector shared loads per 64 FMAs.
+//! Two shared buffers: each step's global loads are in flight while the previous step's FMAs
+//! run, with one barrier per step.
+//! Out of range elements load as 0 and are never stored. The sum over k runs in order, so the
+//! result is deterministic. Every global access is guarded, so the host launches these kernels
+//! without bound checks.
 
 use cubecl::{cube, prelude::*};
 
@@ -112,9 +116,10 @@ pub fn micro_offset(i: usize, t: usize) -> usize {
 /// columns `n0 + micro_offset(j, tx)`) into `acc[i * 8 + j]`, over k in `[k_begin, k_end)` (of
 /// K = `k_size`).
 ///
-/// `prefetch`: two shared buffers; the next step's global loads are issued before this step's
-/// FMAs and stored into the other buffer after them, one barrier per step. Without: load,
-/// store, barrier, FMAs, barrier.
+/// Two shared buffers: the next step's global loads are issued before this step's FMAs and
+/// stored into the other buffer after them, one barrier per step. (Measured on the H200 at
+/// (8192, 4096, 32000): 173 ms a step, against 189 ms for load, store, barrier, FMAs, barrier
+/// with one buffer; PERF_NOTES.md, change 6.)
 #[cube]
 pub fn gemm_tile<F: Float>(
     a: &Tensor<F>,
@@ -129,7 +134,6 @@ pub fn gemm_tile<F: Float>(
     k_size: usize,
     #[comptime] a_k_contiguous: bool,
     #[comptime] b_k_contiguous: bool,
-    #[comptime] prefetch: bool,
 ) {
     let unit = UNIT_POS as usize;
     let tx = unit % SIDE;
@@ -141,56 +145,36 @@ pub fn gemm_tile<F: Float>(
     let (ka, tva) = block_position(a_k_contiguous);
     let (kb, tvb) = block_position(b_k_contiguous);
     let block = DEPTH * PADDED;
-    if prefetch {
-        let mut smem_a = SharedMemory::<Vector<F, Const<4>>>::new(2 * DEPTH * PADDED);
-        let mut smem_b = SharedMemory::<Vector<F, Const<4>>>::new(2 * DEPTH * PADDED);
-        let mut va = load_block::<F>(a, m0, m_size, k_begin, k_end, k_size, a_k_contiguous);
-        let mut vb = load_block::<F>(b, n0, n_size, k_begin, k_end, k_size, b_k_contiguous);
-        smem_a[ka * PADDED + tva] = va;
-        smem_b[kb * PADDED + tvb] = vb;
+    let mut smem_a = SharedMemory::<Vector<F, Const<4>>>::new(2 * DEPTH * PADDED);
+    let mut smem_b = SharedMemory::<Vector<F, Const<4>>>::new(2 * DEPTH * PADDED);
+    let mut va = load_block::<F>(a, m0, m_size, k_begin, k_end, k_size, a_k_contiguous);
+    let mut vb = load_block::<F>(b, n0, n_size, k_begin, k_end, k_size, b_k_contiguous);
+    smem_a[ka * PADDED + tva] = va;
+    smem_b[kb * PADDED + tvb] = vb;
+    sync_cube();
+    let mut cur = 0;
+    let mut k0 = k_begin;
+    // Step s reads buffer s % 2 and fills the other, which every unit finished reading
+    // in step s - 1 (the barrier that ended it); the barrier ending step s publishes it.
+    while k0 < k_end {
+        let next = k0 + DEPTH;
+        let more = next < k_end;
+        if more {
+            va = load_block::<F>(a, m0, m_size, next, k_end, k_size, a_k_contiguous);
+            vb = load_block::<F>(b, n0, n_size, next, k_end, k_size, b_k_contiguous);
+        }
+        #[unroll]
+        for k in 0..DEPTH {
+            step_fma::<F>(&smem_a, &smem_b, acc, cur + k * PADDED, tx, ty);
+        }
+        if more {
+            let other = block - cur;
+            smem_a[other + ka * PADDED + tva] = va;
+            smem_b[other + kb * PADDED + tvb] = vb;
+        }
         sync_cube();
-        let mut cur = 0;
-        let mut k0 = k_begin;
-        // Step s reads buffer s % 2 and fills the other, which every unit finished reading
-        // in step s - 1 (the barrier that ended it); the barrier ending step s publishes it.
-        while k0 < k_end {
-            let next = k0 + DEPTH;
-            let more = next < k_end;
-            if more {
-                va = load_block::<F>(a, m0, m_size, next, k_end, k_size, a_k_contiguous);
-                vb = load_block::<F>(b, n0, n_size, next, k_end, k_size, b_k_contiguous);
-            }
-            #[unroll]
-            for k in 0..DEPTH {
-                step_fma::<F>(&smem_a, &smem_b, acc, cur + k * PADDED, tx, ty);
-            }
-            if more {
-                let other = block - cur;
-                smem_a[other + ka * PADDED + tva] = va;
-                smem_b[other + kb * PADDED + tvb] = vb;
-            }
-            sync_cube();
-            cur = block - cur;
-            k0 = next;
-        }
-    } else {
-        let mut smem_a = SharedMemory::<Vector<F, Const<4>>>::new(DEPTH * PADDED);
-        let mut smem_b = SharedMemory::<Vector<F, Const<4>>>::new(DEPTH * PADDED);
-        let mut k0 = k_begin;
-        while k0 < k_end {
-            let va = load_block::<F>(a, m0, m_size, k0, k_end, k_size, a_k_contiguous);
-            let vb = load_block::<F>(b, n0, n_size, k0, k_end, k_size, b_k_contiguous);
-            smem_a[ka * PADDED + tva] = va;
-            smem_b[kb * PADDED + tvb] = vb;
-            sync_cube();
-            #[unroll]
-            for k in 0..DEPTH {
-                step_fma::<F>(&smem_a, &smem_b, acc, k * PADDED, tx, ty);
-            }
-            // The next stores may overwrite the blocks only after every unit has read them.
-            sync_cube();
-            k0 += DEPTH;
-        }
+        cur = block - cur;
+        k0 = next;
     }
 }
 
@@ -206,7 +190,6 @@ pub fn tiled_matmul<F: Float>(
     k_per_slice: u32,
     #[comptime] a_k_contiguous: bool,
     #[comptime] b_k_contiguous: bool,
-    #[comptime] prefetch: bool,
 ) {
     let rank = out.rank();
     let m_size = out.shape(rank - 2);
@@ -239,7 +222,6 @@ pub fn tiled_matmul<F: Float>(
         k_size,
         a_k_contiguous,
         b_k_contiguous,
-        prefetch,
     );
     let base = slice * m_size * n_size;
     let unit = UNIT_POS as usize;
