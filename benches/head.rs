@@ -10,6 +10,9 @@
 //! holds after a warm-up step, a cleanup and one more step: the pool's high-water mark, in its
 //! pages, inputs included); and the napkin-math floor of the step on the H200.
 //! Prints one markdown table. Same inputs for every contender.
+//!
+//! Quick looks while tuning (never a source for BENCHMARKS.md): `--ours-only` (our two CUDA
+//! contenders, no memory column) and `--shape B,I,C` (that shape only).
 
 use std::time::{Duration, Instant};
 

@@ -320,9 +320,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                     chunk_rows as u32,
                     classes,
                     STAGE_ROWS,
-                    std::env::var("FUSED_HEAD_SMALL_BWD_GROUP")
-                        .map(|g| g.parse().unwrap())
-                        .unwrap_or(4usize),
                     wanted.x,
                 );
             }
@@ -369,7 +366,7 @@ fn mean_of_parts<R: CubeRuntime, F: FloatElement>(
 fn vector_size(len: usize, max: usize) -> usize {
     [4, 2, 1]
         .into_iter()
-        .find(|&n| n <= max && len % n == 0)
+        .find(|&n| n <= max && len.is_multiple_of(n))
         .unwrap_or(1)
 }
 
@@ -439,12 +436,14 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
 /// Launch geometry of the small-C forward, a rule of (B, I, C) only.
 struct SmallForward {
     classes: usize,
-    /// Rows per plane: as many as keep `rows * C` partial sums (registers) at 64 or fewer, at
-    /// most 4.
+    /// Rows per plane: 2 up to C = 16, else 1. Measured at (65536, 1024, 10) on the H200
+    /// (PERF_NOTES.md, change 6): 2 rows (64 registers, 47% occupancy) 167 us, 4 rows (128
+    /// registers, 24%) 211 us; each W load serves all the rows, so 1 row is not better either.
     rows: usize,
     /// Vector width of the X and W loads (4, 2 or 1, dividing I).
     vector: usize,
-    /// Segments of each row loaded per pass: about 16 elements of X in flight per lane.
+    /// Segments of each row loaded per pass: about 8 elements of X in flight per lane (more,
+    /// at 2 rows, measured slower: 179 us).
     steps: usize,
     /// Cubes of 256 units (8 planes of 32 on CUDA).
     cubes: usize,
@@ -458,14 +457,9 @@ const ONE_CUBE_UP_TO: usize = 4;
 
 impl SmallForward {
     fn new(batch: usize, inputs: usize, classes: usize) -> Self {
-        let mut rows = (64 / classes).clamp(1, 4);
+        let rows = if classes <= 16 { 2 } else { 1 };
         let vector = vector_size(inputs, 4);
-        let mut steps = (16 / (rows * vector)).max(1);
-        // EXPERIMENT (to be removed): FUSED_HEAD_SMALL_FWD=rows,steps
-        if let Ok(v) = std::env::var("FUSED_HEAD_SMALL_FWD") {
-            let v: Vec<usize> = v.split(',').map(|n| n.parse().unwrap()).collect();
-            (rows, steps) = (v[0], v[1]);
-        }
+        let steps = (8 / (rows * vector)).max(1);
         // With 32-unit planes, 8 planes per cube; smaller planes only add planes. Planes stride
         // over the groups of rows, so the capped count covers any B.
         let needed = batch.div_ceil(rows * 8);

@@ -62,6 +62,7 @@ const FAST_SHAPES: &[(usize, usize, usize)] = &[
     (601, 37, 7),
     (601, 20, 40),
     (300, 1100, 5),
+    (60, 64, 12),
 ];
 
 /// The fast path (head_forward + head_backward) against the f64 reference stages, and against

@@ -7,8 +7,10 @@
 //!
 //! Every kernel here assumes contiguous row-major tensors; the host code in `burn-fused-head`
 //! makes them so before launching. Every kernel guards its own bounds, so any cube count that
-//! covers the work is valid. Reductions use a fixed order (a strided loop per unit, then a tree
-//! in shared memory), never atomics, so the same inputs give the same bits.
+//! covers the work is valid; the fast-path kernels (all but the six stages) are launched
+//! without CubeCL's bound checks for that reason. Reductions use a fixed order (a strided loop
+//! per unit, then a tree in shared memory), never atomics, so the same inputs give the same
+//! bits.
 //!
 //! This crate holds `#[cube]` code only; launch geometry lives beside the backend impl.
 

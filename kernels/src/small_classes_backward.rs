@@ -19,6 +19,10 @@
 
 use cubecl::{cube, prelude::*};
 
+/// Rows whose X loads are issued together, before any is used. (Measured at (65536, 1024, 10)
+/// on the H200: 2 rows 229 us, 4 rows 192 us, 8 rows 195 us at 104 registers.)
+const GROUP: usize = 4;
+
 #[cube(launch_unchecked)]
 pub fn small_classes_backward<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
@@ -32,7 +36,6 @@ pub fn small_classes_backward<F: Float, N: Size>(
     rows_per_chunk: u32,
     #[comptime] classes: usize,
     #[comptime] stage_rows: usize,
-    #[comptime] group: usize,
     #[comptime] write_dx: bool,
 ) {
     let batch = x.shape(0);
@@ -90,10 +93,10 @@ pub fn small_classes_backward<F: Float, N: Size>(
         let rows_here = select(r0 + stage_rows < row_end, stage_rows, row_end - r0);
         let mut rr = 0;
         while rr < rows_here {
-            // X of group rows, every load issued before the first use.
-            let mut xs = Array::<Vector<F, N>>::new(group);
+            // X of GROUP rows, every load issued before the first use.
+            let mut xs = Array::<Vector<F, N>>::new(GROUP);
             #[unroll]
-            for u in 0..group {
+            for u in 0..GROUP {
                 let mut v = zero;
                 if rr + u < rows_here && live {
                     v = x[(r0 + rr + u) * vectors + col];
@@ -101,7 +104,7 @@ pub fn small_classes_backward<F: Float, N: Size>(
                 xs[u] = v;
             }
             #[unroll]
-            for u in 0..group {
+            for u in 0..GROUP {
                 if rr + u < rows_here {
                     let row = r0 + rr + u;
                     let mut d = Array::<F>::new(classes);
@@ -125,7 +128,7 @@ pub fn small_classes_backward<F: Float, N: Size>(
                     }
                 }
             }
-            rr += group;
+            rr += GROUP;
         }
         // Nobody overwrites the staged rows before every unit is done with them.
         sync_cube();
