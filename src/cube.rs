@@ -449,6 +449,9 @@ struct SmallForward {
     cubes: usize,
     /// One cube that writes the mean itself (small B: one launch fewer).
     mean: bool,
+    /// Units per cube: 256, or 512 for the one-cube launch (twice the planes on a batch that
+    /// one cube walks alone).
+    units: u32,
 }
 
 /// Up to this many cubes' worth of rows, the small-C forward runs as one cube that also writes
@@ -476,6 +479,7 @@ impl SmallForward {
             steps,
             cubes,
             mean,
+            units: if mean { 2 * CUBE_UNITS } else { CUBE_UNITS },
         }
     }
 }
@@ -493,7 +497,7 @@ fn launch_small_classes_forward<R: CubeRuntime, F: FloatElement, L: IntElement>(
         kernels::small_classes_forward::small_classes_forward::launch_unchecked::<F, L, R>(
             &x.client,
             CubeCount::new_1d(geometry.cubes as u32),
-            CubeDim::new_1d(CUBE_UNITS),
+            CubeDim::new_1d(geometry.units),
             geometry.vector,
             x.clone().into_tensor_arg(),
             weight.clone().into_tensor_arg(),

@@ -25,7 +25,8 @@
 
 use cubecl::{cube, prelude::*};
 
-/// Planes per cube the loss partials have room for (a cube of 256 units has 8 planes of 32).
+/// Planes per cube the loss partials have room for (the host launches 256 or 512 units: 8 or
+/// 16 planes of 32).
 pub const MAX_PLANES: usize = 256;
 
 #[cube(launch_unchecked)]
