@@ -417,7 +417,7 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
     }
     let geometry = SmallForward::new(batch, x.shape()[1], classes);
     // The loss sums per cube [cubes], or with one cube the mean itself [1].
-    let loss = empty::<R>(&x, [if geometry.mean { 1 } else { geometry.cubes }]);
+    let loss = empty::<R>(&x, [geometry.cubes]);
     let launch = match label_type(op, labels.dtype) {
         LabelType::I32 => launch_small_classes_forward::<R, F, i32>,
         LabelType::I64 => launch_small_classes_forward::<R, F, i64>,
@@ -449,13 +449,10 @@ struct SmallForward {
     cubes: usize,
     /// One cube that writes the mean itself (small B: one launch fewer).
     mean: bool,
-    /// Units per cube: 256, or 512 for the one-cube launch (twice the planes on a batch that
-    /// one cube walks alone).
-    units: u32,
 }
 
-/// Up to this many cubes' worth of rows, the small-C forward runs as one cube that also writes
-/// the mean (each plane then walks at most this many groups of rows).
+/// Up to this many 256-unit cubes' worth of rows, the small-C forward runs as one cube of 512
+/// units that also writes the mean (each plane then walks at most 2 groups of rows).
 const ONE_CUBE_UP_TO: usize = 4;
 
 impl SmallForward {
@@ -479,7 +476,16 @@ impl SmallForward {
             steps,
             cubes,
             mean,
-            units: if mean { 2 * CUBE_UNITS } else { CUBE_UNITS },
+        }
+    }
+
+    /// Units per cube: 256, or 512 for the one-cube launch (twice the planes on a batch that
+    /// one cube walks alone).
+    fn units(&self) -> u32 {
+        if self.mean {
+            2 * CUBE_UNITS
+        } else {
+            CUBE_UNITS
         }
     }
 }
@@ -492,12 +498,12 @@ fn launch_small_classes_forward<R: CubeRuntime, F: FloatElement, L: IntElement>(
 ) {
     // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
     // tensors are contiguous with the shapes it reads them by, the vector width divides I, and
-    // `loss` has one element per cube (or one, with `mean`).
+    // `loss` has one element per cube.
     unsafe {
         kernels::small_classes_forward::small_classes_forward::launch_unchecked::<F, L, R>(
             &x.client,
             CubeCount::new_1d(geometry.cubes as u32),
-            CubeDim::new_1d(geometry.units),
+            CubeDim::new_1d(geometry.units()),
             geometry.vector,
             x.clone().into_tensor_arg(),
             weight.clone().into_tensor_arg(),
@@ -620,11 +626,7 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
 ) -> CubeTensor<R> {
     let k = a.shape()[if a_k_contiguous { 1 } else { 0 }];
     let (slices, k_per_slice) = split_k(m, n, k);
-    let out = if slices == 1 {
-        empty::<R>(a, [m, n])
-    } else {
-        empty::<R>(a, [slices, m, n])
-    };
+    let out = empty::<R>(a, [slices, m, n]); // one product per slice of K
     if m * n > 0 {
         // With K = 0 every tile writes zeros: the empty sum.
         let CubeCount::Static(x, y, _) = tile_grid("head_backward", m, n) else {
@@ -645,11 +647,8 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
             );
         }
     }
-    if slices == 1 {
-        out
-    } else {
-        partial_sum::<R, F>(out, [m, n])
-    }
+    // One slice is the product itself (reshaped, no launch).
+    partial_sum::<R, F>(out, [m, n])
 }
 
 /// The large-C backward: stage 3 and stage 5 kernels, then dW = dZ^T X and dX = dZ W tiled.

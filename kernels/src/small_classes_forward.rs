@@ -111,19 +111,19 @@ pub fn small_classes_forward<F: Float, N: Size, L: Int>(
         for r in 0..rows {
             let row = first + r;
             let mut zs = Array::<F>::new(classes);
+            let mut hs = Array::<F>::new(classes);
             let mut m = F::min_value();
             #[unroll]
             for c in 0..classes {
                 let pre = plane_sum(acc[r * classes + c]) + b[c];
                 zs[c] = pre;
-                let hc = select(pre <= F::new(0.0), F::new(0.0), pre);
-                m = F::max(m, hc);
+                hs[c] = select(pre <= F::new(0.0), F::new(0.0), pre);
+                m = F::max(m, hs[c]);
             }
             let mut d = F::new(0.0);
             #[unroll]
             for c in 0..classes {
-                let hc = select(zs[c] <= F::new(0.0), F::new(0.0), zs[c]);
-                d += F::exp(hc - m);
+                d += F::exp(hs[c] - m);
             }
             // The label, checked before it is ever compared or used.
             let label = labels[select(row < batch, row, batch - 1)];
@@ -133,8 +133,7 @@ pub fn small_classes_forward<F: Float, N: Size, L: Int>(
             let mut picked = F::new(0.0);
             #[unroll]
             for c in 0..classes {
-                let hc = select(zs[c] <= F::new(0.0), F::new(0.0), zs[c]);
-                picked = select(c == target, hc, picked);
+                picked = select(c == target, hs[c], picked);
             }
             // Lane l writes classes l, l + P, ...: its logit gathered by selects (no branch per
             // class, so the lanes store side by side).
@@ -142,12 +141,13 @@ pub fn small_classes_forward<F: Float, N: Size, L: Int>(
             while c0 < classes {
                 let mine = c0 + lane;
                 let mut zc = F::new(0.0);
+                let mut hc = F::new(0.0);
                 #[unroll]
                 for c in 0..classes {
                     zc = select(c == mine, zs[c], zc);
+                    hc = select(c == mine, hs[c], hc);
                 }
                 if row < batch && mine < classes {
-                    let hc = select(zc <= F::new(0.0), F::new(0.0), zc);
                     let p = F::exp(hc - m) * inv_d;
                     let onehot = select(mine == target, F::new(1.0), F::new(0.0));
                     z[row * classes + mine] = zc;

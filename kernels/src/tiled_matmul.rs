@@ -49,11 +49,14 @@ fn block_position(#[comptime] k_contiguous: bool) -> (usize, usize) {
     (k, tv)
 }
 
-/// This unit's vector of the block at (`k0`, `t0`), from global memory: zero outside
-/// `k < k_end`, `t < t_size`. `k_contiguous`: stored [T, K], else stored [K, T].
+/// This unit's vector of the block at (`k0`, `t0`), from global memory: `k`, `tv` are its
+/// [`block_position`]; zero outside `k < k_end`, `t < t_size`. `k_contiguous`: stored [T, K],
+/// else stored [K, T].
 #[cube]
 fn load_block<F: Float>(
     src: &Tensor<F>,
+    k: usize,
+    tv: usize,
     t0: usize,
     t_size: usize,
     k0: usize,
@@ -61,7 +64,6 @@ fn load_block<F: Float>(
     k_size: usize,
     #[comptime] k_contiguous: bool,
 ) -> Vector<F, Const<4>> {
-    let (k, tv) = block_position(k_contiguous);
     let gk = k0 + k;
     let mut v = Vector::<F, Const<4>>::empty().fill(F::new(0.0));
     #[unroll]
@@ -147,8 +149,28 @@ pub fn gemm_tile<F: Float>(
     let block = DEPTH * PADDED;
     let mut smem_a = SharedMemory::<Vector<F, Const<4>>>::new(2 * DEPTH * PADDED);
     let mut smem_b = SharedMemory::<Vector<F, Const<4>>>::new(2 * DEPTH * PADDED);
-    let mut va = load_block::<F>(a, m0, m_size, k_begin, k_end, k_size, a_k_contiguous);
-    let mut vb = load_block::<F>(b, n0, n_size, k_begin, k_end, k_size, b_k_contiguous);
+    let mut va = load_block::<F>(
+        a,
+        ka,
+        tva,
+        m0,
+        m_size,
+        k_begin,
+        k_end,
+        k_size,
+        a_k_contiguous,
+    );
+    let mut vb = load_block::<F>(
+        b,
+        kb,
+        tvb,
+        n0,
+        n_size,
+        k_begin,
+        k_end,
+        k_size,
+        b_k_contiguous,
+    );
     smem_a[ka * PADDED + tva] = va;
     smem_b[kb * PADDED + tvb] = vb;
     sync_cube();
@@ -160,8 +182,8 @@ pub fn gemm_tile<F: Float>(
         let next = k0 + DEPTH;
         let more = next < k_end;
         if more {
-            va = load_block::<F>(a, m0, m_size, next, k_end, k_size, a_k_contiguous);
-            vb = load_block::<F>(b, n0, n_size, next, k_end, k_size, b_k_contiguous);
+            va = load_block::<F>(a, ka, tva, m0, m_size, next, k_end, k_size, a_k_contiguous);
+            vb = load_block::<F>(b, kb, tvb, n0, n_size, next, k_end, k_size, b_k_contiguous);
         }
         #[unroll]
         for k in 0..DEPTH {
