@@ -1,7 +1,7 @@
 //! The fused head against Burn's stock head, side by side in one process, interleaved per shape.
 //!
 //! cargo bench --bench head                    # NdArray, small shapes (any machine)
-//! cargo bench --bench head --features cuda    # the four CUDA contenders, every shape
+//! cargo bench --bench head --features cuda    # the CUDA contenders, every shape
 //!
 //! Per shape and contender: first-call latency (kernel compilation, Burn's autotune), then the
 //! steady state after warm-up: the full training step (forward + backward to X, W, b, synced),
@@ -11,7 +11,11 @@
 //! pages, inputs included); and the napkin-math floor of the step on the H200.
 //! Prints one markdown table. Same inputs for every contender.
 //!
-//! Quick looks while tuning (never a source for BENCHMARKS.md): `--ours-only` (our two CUDA
+//! CUDA contenders: our op and Burn's stock head, each on the default `Cuda` type (fusion on)
+//! and on the raw `CubeBackend` (fusion off), plus our op with `HeadPrecision::Tf32` on both
+//! where C > 32 (its floor counts the GEMMs at the TF32 tensor-core rate).
+//!
+//! Quick looks while tuning (never a source for BENCHMARKS.md): `--ours-only` (our CUDA
 //! contenders, no memory column) and `--shape B,I,C` (that shape only).
 
 use std::time::{Duration, Instant};
@@ -27,6 +31,8 @@ const BUDGET_MS: u64 = 300;
 /// H200 floors: device copy bandwidth (read + write counted) and f32 FMA throughput.
 const COPY_BYTES_PER_S: f64 = 4.3e12;
 const F32_FLOPS: f64 = 67e12;
+/// The H200's dense TF32 tensor-core rate (FLOP/s), the floor of the TF32 rows.
+const TF32_FLOPS: f64 = 494e12;
 
 type Head<B> = fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1, Int>) -> Tensor<B, 1>;
 
@@ -136,10 +142,12 @@ fn bench<B: AutodiffBackend + FusedHeadBackend>(
 
 /// The floor of one step: bytes that must move (read X, W, b, labels; write dX, dW, db) at copy
 /// bandwidth, or the three GEMMs (6 B I C FLOPs) at f32 FMA rate, whichever is longer. In ms.
-fn floor_ms((b, i, c): (usize, usize, usize)) -> f64 {
+/// TF32 rows (`tf32`) take the GEMMs at the TF32 tensor-core rate.
+fn floor_ms((b, i, c): (usize, usize, usize), tf32: bool) -> f64 {
     let bytes = 4.0 * (2.0 * (b * i) as f64 + 2.0 * (c * i) as f64 + 2.0 * c as f64 + b as f64);
     let flops = 6.0 * (b * i * c) as f64;
-    (bytes / COPY_BYTES_PER_S).max(flops / F32_FLOPS) * 1e3
+    let rate = if tf32 { TF32_FLOPS } else { F32_FLOPS };
+    (bytes / COPY_BYTES_PER_S).max(flops / rate) * 1e3
 }
 
 fn print_header(device_name: &str) {
@@ -165,7 +173,7 @@ fn print_rows(rows: &[Row], on_h200: bool) {
                     && r.contender.ends_with(backend)
             })
             .map(|r| r.step.median);
-        let floor = floor_ms(row.shape);
+        let floor = floor_ms(row.shape, row.contender.contains("TF32"));
         let (floor_s, pct) = if on_h200 {
             (
                 format!("{floor:.4}"),
@@ -194,14 +202,35 @@ fn print_rows(rows: &[Row], on_h200: bool) {
     }
 }
 
-/// The four CUDA contenders, in the order of their rows.
+/// The CUDA contenders, in the order of their rows; the TF32 ones (our op with
+/// `HeadPrecision::Tf32`) run where C > 32 only (below, the op runs exact whatever the
+/// precision).
 #[cfg(feature = "cuda")]
-const CUDA_CONTENDERS: [&str; 4] = [
+const CUDA_CONTENDERS: [&str; 6] = [
     "ours Cuda",
     "stock Cuda",
     "ours CubeBackend",
     "stock CubeBackend",
+    "ours TF32 Cuda",
+    "ours TF32 CubeBackend",
 ];
+
+/// Our op with `HeadPrecision::Tf32`.
+#[cfg(feature = "cuda")]
+fn tf32_head<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    burn_fused_head::linear_relu_cross_entropy_with(
+        x,
+        w,
+        b,
+        labels,
+        burn_fused_head::HeadPrecision::Tf32,
+    )
+}
 
 /// What [`cuda_contender`] measured.
 #[cfg(feature = "cuda")]
@@ -236,7 +265,9 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
             }
             1 => step_then_reserved(&|| one_step::<Fused>(&device, data, stock_head_loss)),
             2 => step_then_reserved(&|| one_step::<Raw>(&device, data, linear_relu_cross_entropy)),
-            _ => step_then_reserved(&|| one_step::<Raw>(&device, data, stock_head_loss)),
+            3 => step_then_reserved(&|| one_step::<Raw>(&device, data, stock_head_loss)),
+            4 => step_then_reserved(&|| one_step::<Fused>(&device, data, tf32_head)),
+            _ => step_then_reserved(&|| one_step::<Raw>(&device, data, tf32_head)),
         });
     }
     let none = &|_| None;
@@ -244,7 +275,9 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
         0 => bench::<Fused>(name, &device, data, linear_relu_cross_entropy, none),
         1 => bench::<Fused>(name, &device, data, stock_head_loss, none),
         2 => bench::<Raw>(name, &device, data, linear_relu_cross_entropy, none),
-        _ => bench::<Raw>(name, &device, data, stock_head_loss, none),
+        3 => bench::<Raw>(name, &device, data, stock_head_loss, none),
+        4 => bench::<Fused>(name, &device, data, tf32_head, none),
+        _ => bench::<Raw>(name, &device, data, tf32_head, none),
     })
 }
 
@@ -322,7 +355,8 @@ fn main() {
         // never the source of BENCHMARKS.md.
         let ours_only = args.iter().any(|a| a == "--ours-only");
         let rows: Vec<Row> = (0..CUDA_CONTENDERS.len())
-            .filter(|which| !ours_only || which % 2 == 0)
+            .filter(|&which| !ours_only || CUDA_CONTENDERS[which].starts_with("ours"))
+            .filter(|&which| shape.2 > 32 || !CUDA_CONTENDERS[which].contains("TF32"))
             .map(|which| {
                 let Measured::Row(mut row) = cuda_contender(which, &data, false) else {
                     unreachable!("a timing run returns its row")

@@ -11,6 +11,7 @@
 
 use burn::backend::NdArray;
 use burn::tensor::DType;
+use burn_fused_head::HeadPrecision;
 use burn_fused_head::gates::{FastOutputs, StageOutputs, run_fast_path, run_stages};
 use burn_fused_head::reference::HeadData;
 
@@ -91,19 +92,19 @@ fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
 fn fast_path_under_test(data: &HeadData) -> FastOutputs {
     let device = burn::backend::cuda::CudaDevice::default();
     let (x, w, b, labels) = data.tensors::<burn::backend::Cuda>(&device, DType::F32);
-    run_fast_path(x, w, b, labels, 1.0)
+    run_fast_path(x, w, b, labels, 1.0, HeadPrecision::Exact)
 }
 
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 fn fast_path_under_test(data: &HeadData) -> FastOutputs {
     let device = burn::backend::wgpu::WgpuDevice::default();
     let (x, w, b, labels) = data.tensors::<burn::backend::Vulkan>(&device, DType::F32);
-    run_fast_path(x, w, b, labels, 1.0)
+    run_fast_path(x, w, b, labels, 1.0, HeadPrecision::Exact)
 }
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 fn fast_path_under_test(data: &HeadData) -> FastOutputs {
     let device = Default::default();
     let (x, w, b, labels) = data.tensors::<NdArray<f32>>(&device, DType::F32);
-    run_fast_path(x, w, b, labels, 1.0)
+    run_fast_path(x, w, b, labels, 1.0, HeadPrecision::Exact)
 }

@@ -9,7 +9,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
-use crate::backend::{FusedHeadBackend, HeadLimits, HeadWanted};
+use crate::backend::{FusedHeadBackend, HeadLimits, HeadPrecision, HeadWanted};
 
 /// Only the loss is overridden: the stages keep their stock-op bodies on `Autodiff`, which
 /// autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
@@ -18,14 +18,20 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
         B::head_limits()
     }
 
+    fn head_tf32_available(device: &Self::Device) -> bool {
+        B::head_tf32_available(device)
+    }
+
     fn linear_relu_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
+        precision: HeadPrecision,
     ) -> FloatTensor<Self> {
+        /// The backward step, in the forward pass's precision.
         #[derive(Debug)]
-        struct HeadBackward;
+        struct HeadBackward(HeadPrecision);
 
         impl<B: FusedHeadBackend> Backward<B, 3> for HeadBackward {
             /// X (dW needs it) and W (dX needs it) as checkpointed parents, then Z (the ReLU
@@ -51,7 +57,7 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
                     weight: node_weight.is_some(),
                     bias: node_bias.is_some(),
                 };
-                let out = B::head_backward(x, weight, z, dh, grad_loss, wanted);
+                let out = B::head_backward(x, weight, z, dh, grad_loss, wanted, self.0);
                 for (node, grad) in [
                     (node_x, out.x),
                     (node_weight, out.weight),
@@ -66,7 +72,7 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
 
         // Compute bound: keep Z and dH from the forward pass rather than recompute the GEMM
         // under a checkpointing strategy. Labels are integers: not a parent, never differentiated.
-        match HeadBackward
+        match HeadBackward(precision)
             .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
             .compute_bound()
             .stateful()
@@ -74,7 +80,13 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
             OpsKind::Tracked(mut prep) => {
                 let x_id = prep.checkpoint(&x);
                 let weight_id = prep.checkpoint(&weight);
-                let fwd = B::head_forward(x.primitive, weight.primitive, bias.primitive, labels);
+                let fwd = B::head_forward(
+                    x.primitive,
+                    weight.primitive,
+                    bias.primitive,
+                    labels,
+                    precision,
+                );
                 prep.finish((x_id, weight_id, fwd.z, fwd.dh), fwd.loss)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::linear_relu_cross_entropy(
@@ -82,6 +94,7 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
                 weight.primitive,
                 bias.primitive,
                 labels,
+                precision,
             )),
         }
     }

@@ -52,6 +52,31 @@ pub struct HeadGradients<B: Backend> {
     pub bias: Option<FloatTensor<B>>,
 }
 
+/// How the large-C products (C > 32 on the CubeCL backends) are computed.
+///
+/// `Exact` (the default) is f32 with FMA throughout and passes the seed's gates against the f64
+/// reference. `Tf32` allows TF32 tensor cores: each operand of the three products
+/// (`X W^T`, `dZ^T X`, `dZ W`) is rounded to TF32 (10-bit mantissa, round to nearest, ties away
+/// from zero), multiplied exactly and summed in f32. It is a permission, as PyTorch's
+/// `allow_tf32`: where the device has no TF32 tensor cores
+/// ([`FusedHeadBackend::head_tf32_available`] is false), and on the small-C path (memory-bound,
+/// where tensor cores gain nothing), the op runs exact f32.
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub enum HeadPrecision {
+    /// f32 with FMA: the seed's gates hold against the f64 reference.
+    Exact,
+    /// TF32 tensor cores for the large-C products where the device has them.
+    Tf32,
+}
+
+// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
+#[allow(clippy::derivable_impls)]
+impl Default for HeadPrecision {
+    fn default() -> Self {
+        Self::Exact
+    }
+}
+
 /// What a backend's implementation of the op accepts, checked before anything runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadLimits {
@@ -76,6 +101,13 @@ pub trait FusedHeadBackend: Backend {
             float_dtypes: None,
             max_elements: usize::MAX,
         }
+    }
+
+    /// Whether [`HeadPrecision::Tf32`] runs on TF32 tensor cores on `device`. The default (stock
+    /// ops) is false: they run exact.
+    fn head_tf32_available(device: &Self::Device) -> bool {
+        let _ = device;
+        false
     }
 
     /// Stage 1: `Z = X W^T + b`, `H = ReLU(Z)`; returns `(Z, H)`, both `[B, C]`.
@@ -201,13 +233,15 @@ pub trait FusedHeadBackend: Backend {
     }
 
     /// The fused forward: stages 1 and 2 and the mean, keeping Z and dH for the backward pass.
-    /// The default runs the stages one by one.
+    /// The default runs the stages one by one, exact whatever the `precision`.
     fn head_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
+        precision: HeadPrecision,
     ) -> HeadForward<Self> {
+        let _ = precision;
         let (z, h) = Self::head_linear_relu_forward(x, weight, bias); // [B, C] each
         let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
         HeadForward {
@@ -220,8 +254,9 @@ pub trait FusedHeadBackend: Backend {
     /// The fused backward: stages 3 to 6 from what [`head_forward`](Self::head_forward) kept,
     /// for the upstream gradient `grad_loss` `[1]`, producing only the wanted gradients.
     ///
-    /// The default runs the stages one by one; the CubeCL backends override this (and
-    /// `head_forward`) with fused and tiled kernels, checked against the stages by the tests.
+    /// The default runs the stages one by one, exact whatever the `precision`; the CubeCL
+    /// backends override this (and `head_forward`) with fused and tiled kernels, checked against
+    /// the stages by the tests.
     fn head_backward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -229,7 +264,9 @@ pub trait FusedHeadBackend: Backend {
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
         wanted: HeadWanted,
+        precision: HeadPrecision,
     ) -> HeadGradients<Self> {
+        let _ = precision;
         let dz = Self::head_relu_backward(z, dh, grad_loss); // [B, C]
         HeadGradients {
             weight: wanted
@@ -248,8 +285,9 @@ pub trait FusedHeadBackend: Backend {
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
+        precision: HeadPrecision,
     ) -> FloatTensor<Self> {
-        Self::head_forward(x, weight, bias, labels).loss
+        Self::head_forward(x, weight, bias, labels, precision).loss
     }
 }
 

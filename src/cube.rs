@@ -14,7 +14,9 @@ use cubecl::server::CubeCountSelection;
 use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
 use kernels::softmax_cross_entropy::softmax_cross_entropy as sce;
 
-use crate::backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadWanted};
+use crate::backend::{
+    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
+};
 use crate::validate;
 
 /// Units per cube. Element-wise kernels: 256 is a multiple of every plane size and well under
@@ -46,6 +48,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
 {
     fn head_limits() -> HeadLimits {
         LIMITS
+    }
+
+    fn head_tf32_available(device: &Self::Device) -> bool {
+        tf32_available::<R>(&R::client(device))
     }
 
     fn head_linear_relu_forward(
@@ -225,6 +231,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
+        precision: HeadPrecision,
     ) -> HeadForward<Self> {
         let op = "head_forward";
         check::<R, F>(op, &[&x, &weight, &bias]);
@@ -239,7 +246,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             (0, 0),
         );
         let (loss, z, dh) = if classes > SMALL_CLASSES {
-            let (z, h) = tiled_linear_relu_forward::<R, F>(x, weight, bias); // [B, C] each
+            let (z, h) = if use_tf32(precision, &x) {
+                tf32_linear_relu_forward::<R, F>(x, weight, bias)
+            } else {
+                tiled_linear_relu_forward::<R, F>(x, weight, bias)
+            }; // [B, C] each
             let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
             (Self::head_mean_loss(loss_rows), z, dh)
         } else {
@@ -255,6 +266,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
         wanted: HeadWanted,
+        precision: HeadPrecision,
     ) -> HeadGradients<Self> {
         let op = "head_backward";
         check::<R, F>(op, &[&x, &weight, &z, &dh, &grad_loss]);
@@ -277,7 +289,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             &[1],
         );
         if classes > SMALL_CLASSES {
-            return tiled_backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted);
+            let tf32 = use_tf32(precision, &x);
+            return tiled_backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, tf32);
         }
         let (x, weight, z, dh, grad_loss) = (
             into_contiguous(x),
@@ -550,8 +563,9 @@ fn partial_sum<R: CubeRuntime, F: FloatElement>(
     out
 }
 
-/// Cube counts of the tiled kernels: (columns of tiles, rows of tiles) of an `[M, N]` output.
-fn tile_grid(op: &str, m: usize, n: usize) -> CubeCount {
+/// Cube counts of the tiled and TF32 kernels (both tile by 128): (columns of tiles, rows of
+/// tiles, slices of K) of an `[M, N]` output.
+fn tile_grid(op: &str, m: usize, n: usize, slices: usize) -> CubeCount {
     use kernels::tiled_matmul::TILE;
     let (x, y) = (n.div_ceil(TILE), m.div_ceil(TILE));
     if y > u16::MAX as usize || x > u16::MAX as usize {
@@ -560,7 +574,7 @@ fn tile_grid(op: &str, m: usize, n: usize) -> CubeCount {
              needs more than 65535 tiles of {TILE} along one side"
         );
     }
-    CubeCount::new_2d(x as u32, y as u32)
+    CubeCount::new_3d(x as u32, y as u32, slices as u32)
 }
 
 /// Stage 1 with the tiled product: `(Z, H)`, `[B, C]` each.
@@ -582,7 +596,7 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
         unsafe {
             kernels::tiled_linear_relu_forward::tiled_linear_relu_forward::launch_unchecked::<F, R>(
                 &x.client,
-                tile_grid("head_forward", batch, classes),
+                tile_grid("head_forward", batch, classes, 1),
                 CubeDim::new_1d(kernels::tiled_matmul::UNITS),
                 x.clone().into_tensor_arg(),
                 weight.into_tensor_arg(),
@@ -602,16 +616,16 @@ const ENOUGH_TILES: usize = 256;
 const MAX_SPLIT_ELEMENTS: usize = 1 << 25;
 
 /// Slices of K for an `[M, N]` output: `(slices, k_per_slice)`, k_per_slice a multiple of the
-/// tile depth and at least 256, so that each slice still runs 32 steps.
-fn split_k(m: usize, n: usize, k: usize) -> (usize, usize) {
-    use kernels::tiled_matmul::{DEPTH, TILE};
+/// kernel's step `depth` and at least 256, so that each slice still runs 32 steps.
+fn split_k(m: usize, n: usize, k: usize, depth: usize) -> (usize, usize) {
+    use kernels::tiled_matmul::TILE;
     let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
     let wanted = ENOUGH_TILES.div_ceil(tiles.max(1));
     let slices = wanted
         .min(k.div_ceil(256))
         .min(MAX_SPLIT_ELEMENTS / (m * n).max(1))
         .clamp(1, 64);
-    let k_per_slice = k.div_ceil(slices).div_ceil(DEPTH).max(1) * DEPTH;
+    let k_per_slice = k.div_ceil(slices).div_ceil(depth).max(1) * depth;
     (k.div_ceil(k_per_slice).max(1), k_per_slice)
 }
 
@@ -625,18 +639,15 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     b_k_contiguous: bool,
 ) -> CubeTensor<R> {
     let k = a.shape()[if a_k_contiguous { 1 } else { 0 }];
-    let (slices, k_per_slice) = split_k(m, n, k);
+    let (slices, k_per_slice) = split_k(m, n, k, kernels::tiled_matmul::DEPTH);
     let out = empty::<R>(a, [slices, m, n]); // one product per slice of K
     if m * n > 0 {
         // With K = 0 every tile writes zeros: the empty sum.
-        let CubeCount::Static(x, y, _) = tile_grid("head_backward", m, n) else {
-            unreachable!("tile_grid counts statically")
-        };
         // SAFETY: the kernel guards every global read and write by the shapes.
         unsafe {
             kernels::tiled_matmul::tiled_matmul::launch_unchecked::<F, R>(
                 &a.client,
-                CubeCount::new_3d(x, y, slices as u32),
+                tile_grid("head_backward", m, n, slices),
                 CubeDim::new_1d(kernels::tiled_matmul::UNITS),
                 a.clone().into_tensor_arg(),
                 b.clone().into_tensor_arg(),
@@ -651,7 +662,112 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     partial_sum::<R, F>(out, [m, n])
 }
 
-/// The large-C backward: stage 3 and stage 5 kernels, then dW = dZ^T X and dX = dZ W tiled.
+/// Whether a large-C product runs on TF32 tensor cores: allowed by `precision` and available
+/// on the device of `like`.
+fn use_tf32<R: CubeRuntime>(precision: HeadPrecision, like: &CubeTensor<R>) -> bool {
+    precision == HeadPrecision::Tf32 && tf32_available::<R>(&like.client)
+}
+
+/// The TF32 kernels need the cmma configuration m16 n16 k8 with TF32 inputs and f32
+/// accumulators, and planes of exactly 32 units (they split a cube of 256 into 8 planes).
+fn tf32_available<R: CubeRuntime>(client: &cubecl::client::ComputeClient<R>) -> bool {
+    use cubecl::ir::features::MmaConfig;
+    use cubecl::ir::{ElemType, FloatKind};
+    use kernels::tf32_matmul::{FRAG, FRAG_K, PLANE};
+    let props = client.properties();
+    let config = MmaConfig {
+        a_type: ElemType::Float(FloatKind::TF32).into(),
+        b_type: ElemType::Float(FloatKind::TF32).into(),
+        cd_type: ElemType::Float(FloatKind::F32).into(),
+        m: FRAG as u32,
+        n: FRAG as u32,
+        k: FRAG_K as u32,
+    };
+    props.features.matmul.cmma.contains(&config)
+        && props.hardware.plane_size_min == PLANE
+        && props.hardware.plane_size_max == PLANE
+}
+
+/// Stage 1 on TF32 tensor cores: `(Z, H)`, `[B, C]` each. The caller checked
+/// [`tf32_available`].
+fn tf32_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: CubeTensor<R>,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let (x, weight, bias) = (
+        into_contiguous(x),
+        into_contiguous(weight),
+        into_contiguous(bias),
+    );
+    let [batch, inputs] = [x.shape()[0], x.shape()[1]];
+    let classes = weight.shape()[0];
+    let z = empty::<R>(&x, [batch, classes]); // [B, C]
+    let h = empty::<R>(&x, [batch, classes]); // [B, C]
+    let vector = vector_size(inputs, 4);
+    if batch * classes > 0 {
+        // SAFETY: the kernel guards every global read and write by the shapes; X and W are
+        // contiguous with I their last dimension, which the vector width divides.
+        unsafe {
+            kernels::tf32_linear_relu_forward::tf32_linear_relu_forward::launch_unchecked::<F, R>(
+                &x.client,
+                tile_grid("head_forward", batch, classes, 1),
+                CubeDim::new_1d(kernels::tf32_matmul::UNITS),
+                vector,
+                x.clone().into_tensor_arg(),
+                weight.into_tensor_arg(),
+                bias.into_tensor_arg(),
+                z.clone().into_tensor_arg(),
+                h.clone().into_tensor_arg(),
+                4 / vector,
+            );
+        }
+    }
+    (z, h)
+}
+
+/// `A B` on TF32 tensor cores, `[M, N]`; the layouts as [`tiled_matmul`]. An output with few
+/// tiles splits K into slices added in order by `partial_sum`. The caller checked
+/// [`tf32_available`].
+fn tf32_matmul<R: CubeRuntime, F: FloatElement>(
+    a: &CubeTensor<R>,
+    b: &CubeTensor<R>,
+    [m, n]: [usize; 2],
+    a_k_contiguous: bool,
+    b_k_contiguous: bool,
+) -> CubeTensor<R> {
+    let k = a.shape()[if a_k_contiguous { 1 } else { 0 }];
+    let (slices, k_per_slice) = split_k(m, n, k, kernels::tf32_matmul::DEPTH);
+    let out = empty::<R>(a, [slices, m, n]); // one product per slice of K
+    if m * n > 0 {
+        // Vectors along each operand's stored contiguous dimension (its last).
+        let (a_vector, b_vector) = (vector_size(a.shape()[1], 4), vector_size(b.shape()[1], 4));
+        // SAFETY: the kernel guards every global read and write by the shapes; the operands
+        // are contiguous and each vector width divides its operand's last dimension.
+        unsafe {
+            kernels::tf32_matmul::tf32_matmul::launch_unchecked::<F, R>(
+                &a.client,
+                tile_grid("head_backward", m, n, slices),
+                CubeDim::new_1d(kernels::tf32_matmul::UNITS),
+                a_vector,
+                b_vector,
+                a.clone().into_tensor_arg(),
+                b.clone().into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                k_per_slice as u32,
+                a_k_contiguous,
+                b_k_contiguous,
+                4 / a_vector,
+                4 / b_vector,
+            );
+        }
+    }
+    // One slice is the product itself (reshaped, no launch).
+    partial_sum::<R, F>(out, [m, n])
+}
+
+/// The large-C backward: stage 3 and stage 5 kernels, then dW = dZ^T X and dX = dZ W tiled
+/// (on TF32 tensor cores with `tf32`).
 fn tiled_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -659,24 +775,32 @@ fn tiled_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
     dh: CubeTensor<R>,
     grad_loss: CubeTensor<R>,
     wanted: HeadWanted,
+    tf32: bool,
 ) -> HeadGradients<CubeBackend<R, F, I, BT>> {
     type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
     let dz = B::<R, F, I, BT>::head_relu_backward(z, dh, grad_loss); // [B, C]
     let (x, weight) = (into_contiguous(x), into_contiguous(weight));
     let [batch, classes] = [dz.shape()[0], dz.shape()[1]];
     let inputs = x.shape()[1];
+    let product = |a: &CubeTensor<R>, b: &CubeTensor<R>, out: [usize; 2], a_k: bool| {
+        if tf32 {
+            tf32_matmul::<R, F>(a, b, out, a_k, false)
+        } else {
+            tiled_matmul::<R, F>(a, b, out, a_k, false)
+        }
+    };
     HeadGradients {
         // dW [C, I] = dZ^T X: A = dZ^T read from dZ stored [B, C]; B = X stored [B, I].
         weight: wanted
             .weight
-            .then(|| tiled_matmul::<R, F>(&dz, &x, [classes, inputs], false, false)),
+            .then(|| product(&dz, &x, [classes, inputs], false)),
         bias: wanted
             .bias
             .then(|| B::<R, F, I, BT>::head_bias_gradient(dz.clone())),
         // dX [B, I] = dZ W: A = dZ stored [B, C]; B = W stored [C, I].
         x: wanted
             .x
-            .then(|| tiled_matmul::<R, F>(&dz, &weight, [batch, inputs], true, false)),
+            .then(|| product(&dz, &weight, [batch, inputs], true)),
     }
 }
 

@@ -10,13 +10,15 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
-use crate::backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadWanted};
+use crate::backend::{
+    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
+};
 
 /// The seven primitive stages and the fused forward and backward, as fusion operations.
 #[derive(Debug, Clone, Copy)]
 enum Stage {
-    Forward,
-    Backward(HeadWanted),
+    Forward(HeadPrecision),
+    Backward(HeadWanted, HeadPrecision),
     LinearReluForward,
     SoftmaxCrossEntropy,
     ReluBackward,
@@ -29,8 +31,10 @@ enum Stage {
 impl Stage {
     fn id(self) -> &'static str {
         match self {
-            Stage::Forward => "fused_head_forward",
-            Stage::Backward(_) => "fused_head_backward",
+            Stage::Forward(HeadPrecision::Exact) => "fused_head_forward",
+            Stage::Forward(HeadPrecision::Tf32) => "fused_head_forward_tf32",
+            Stage::Backward(_, HeadPrecision::Exact) => "fused_head_backward",
+            Stage::Backward(_, HeadPrecision::Tf32) => "fused_head_backward_tf32",
             Stage::LinearReluForward => "fused_head_linear_relu_forward",
             Stage::SoftmaxCrossEntropy => "fused_head_softmax_cross_entropy",
             Stage::ReluBackward => "fused_head_relu_backward",
@@ -59,15 +63,22 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
         let outputs = &self.desc.outputs;
         let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
         let results: Vec<FloatTensor<B>> = match self.stage {
-            Stage::Forward => {
+            Stage::Forward(precision) => {
                 let labels = handles.get_int_tensor::<B>(&inputs[3]);
                 let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
-                let fwd = B::head_forward(float(0), float(1), float(2), labels);
+                let fwd = B::head_forward(float(0), float(1), float(2), labels, precision);
                 vec![fwd.loss, fwd.z, fwd.dh]
             }
-            Stage::Backward(wanted) => {
-                let grads =
-                    B::head_backward(float(0), float(1), float(2), float(3), float(4), wanted);
+            Stage::Backward(wanted, precision) => {
+                let grads = B::head_backward(
+                    float(0),
+                    float(1),
+                    float(2),
+                    float(3),
+                    float(4),
+                    wanted,
+                    precision,
+                );
                 [grads.x, grads.weight, grads.bias]
                     .into_iter()
                     .flatten()
@@ -130,6 +141,10 @@ fn dims2<R: FusionRuntime>(op: &str, name: &str, t: &FusionTensor<R>) -> [usize;
 impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
     fn head_limits() -> HeadLimits {
         B::head_limits()
+    }
+
+    fn head_tf32_available(device: &Self::Device) -> bool {
+        B::head_tf32_available(device)
     }
 
     fn head_linear_relu_forward(
@@ -214,6 +229,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
+        precision: HeadPrecision,
     ) -> HeadForward<Self> {
         let (batch, _, classes) =
             crate::validate::linear_shapes("head_forward", &x.shape, &weight.shape, &bias.shape);
@@ -222,10 +238,13 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             Shape::new([batch, classes]),
             Shape::new([batch, classes]),
         ];
-        let [loss, z, dh]: [_; 3] =
-            register::<B>(Stage::Forward, vec![x, weight, bias, labels], &shapes)
-                .try_into()
-                .expect("three outputs");
+        let [loss, z, dh]: [_; 3] = register::<B>(
+            Stage::Forward(precision),
+            vec![x, weight, bias, labels],
+            &shapes,
+        )
+        .try_into()
+        .expect("three outputs");
         HeadForward { loss, z, dh }
     }
 
@@ -236,6 +255,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
         wanted: HeadWanted,
+        precision: HeadPrecision,
     ) -> HeadGradients<Self> {
         let [batch, inputs] = dims2("head_backward", "X [B, I]", &x);
         let [classes, _] = dims2("head_backward", "W [C, I]", &weight);
@@ -252,7 +272,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             Vec::new()
         } else {
             register::<B>(
-                Stage::Backward(wanted),
+                Stage::Backward(wanted, precision),
                 vec![x, weight, z, dh, grad_loss],
                 &shapes,
             )

@@ -8,7 +8,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use crate::backend::FusedHeadBackend;
+use crate::backend::{FusedHeadBackend, HeadPrecision};
 
 /// Absolute part of the gate.
 pub const ABS_TOL: f64 = 2e-5;
@@ -178,6 +178,64 @@ pub fn run_stages<B: FusedHeadBackend>(
     }
 }
 
+/// [`run_stages`] with TF32's rounding emulated: each operand of the three products (X and W in
+/// stage 1; dZ, X and W in stages 4 and 6) is rounded with [`round_tf32`] before the product,
+/// which then runs in `B`'s precision. Run on `NdArray<f64>`, this is the reference of
+/// [`HeadPrecision::Tf32`](crate::HeadPrecision): TF32 tensor cores multiply the rounded values
+/// exactly and accumulate in f32, so the seed's gates apply to them against it unchanged. The
+/// bias, the softmax cross-entropy and db see unrounded values, as in the kernels.
+pub fn run_stages_tf32<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+    grad_loss: f64,
+) -> StageOutputs {
+    crate::validate::head_tensors("run_stages_tf32", &x, &weight, &bias, Some(&labels));
+    let g = upstream_gradient(grad_loss, &x);
+    let x = tf32_rounded(x).into_primitive().tensor(); // [B, I]
+    let weight = tf32_rounded(weight).into_primitive().tensor(); // [C, I]
+    let (z, h) =
+        B::head_linear_relu_forward(x.clone(), weight.clone(), bias.into_primitive().tensor());
+    let (loss_rows, dh) = B::head_softmax_cross_entropy(h.clone(), labels.into_primitive());
+    let loss = B::head_mean_loss(loss_rows.clone());
+    let dz = B::head_relu_backward(z.clone(), dh.clone(), g.into_primitive().tensor());
+    let dz_rounded = tf32_rounded(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(
+        dz.clone(),
+    )))
+    .into_primitive()
+    .tensor(); // [B, C]
+    StageOutputs {
+        dw: read::<B>(B::head_weight_gradient(dz_rounded.clone(), x)),
+        db: read::<B>(B::head_bias_gradient(dz.clone())),
+        dx: read::<B>(B::head_input_gradient(dz_rounded, weight)),
+        z: read::<B>(z),
+        h: read::<B>(h),
+        loss_rows: read::<B>(loss_rows),
+        dh: read::<B>(dh),
+        dz: read::<B>(dz),
+        loss: read::<B>(loss)[0],
+    }
+}
+
+/// `v` as f32, then rounded to TF32 as CUDA's `__float_to_tf32` (PTX `cvt.rna.tf32.f32`): the
+/// 13 low mantissa bits dropped, rounding to nearest with ties away from zero. NaN and the
+/// infinities pass unchanged.
+pub fn round_tf32(v: f64) -> f64 {
+    let f = v as f32;
+    if !f.is_finite() {
+        return f as f64;
+    }
+    f32::from_bits((f.to_bits() + 0x1000) & !0x1fff) as f64
+}
+
+/// `t` with every element passed through [`round_tf32`] (on the host; same device and dtype).
+fn tf32_rounded<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
+    let (shape, device, dtype) = (t.shape(), t.device(), t.dtype());
+    let rounded: Vec<f64> = values(t).into_iter().map(round_tf32).collect();
+    Tensor::from_data(TensorData::new(rounded, shape), (&device, dtype))
+}
+
 /// The upstream gradient of the loss as a [1] tensor on `like`'s device and dtype.
 fn upstream_gradient<B: Backend>(grad_loss: f64, like: &Tensor<B, 2>) -> Tensor<B, 1> {
     Tensor::from_data(
@@ -235,13 +293,14 @@ impl FastOutputs {
 }
 
 /// Runs the fast path on `B` (`head_forward`, then `head_backward` with every gradient wanted)
-/// with upstream gradient `grad_loss`, and reads every output back as f64.
+/// with upstream gradient `grad_loss` in `precision`, and reads every output back as f64.
 pub fn run_fast_path<B: FusedHeadBackend>(
     x: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
+    precision: HeadPrecision,
 ) -> FastOutputs {
     crate::validate::head_tensors("run_fast_path", &x, &weight, &bias, Some(&labels));
     let g = upstream_gradient(grad_loss, &x);
@@ -252,6 +311,7 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         weight.clone(),
         bias.into_primitive().tensor(),
         labels.into_primitive(),
+        precision,
     );
     let grads = B::head_backward(
         x,
@@ -260,6 +320,7 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         fwd.dh.clone(),
         g.into_primitive().tensor(),
         crate::backend::HeadWanted::ALL,
+        precision,
     );
     let wanted = |t: Option<burn::tensor::ops::FloatTensor<B>>| read::<B>(t.expect("wanted"));
     FastOutputs {
@@ -269,5 +330,26 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         db: wanted(grads.bias),
         dx: wanted(grads.x),
         loss: read::<B>(fwd.loss)[0],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_tf32;
+
+    #[test]
+    fn round_tf32_keeps_ten_mantissa_bits_ties_away() {
+        let ulp = 2f64.powi(-10); // TF32's spacing in [1, 2)
+        assert_eq!(round_tf32(1.0), 1.0);
+        assert_eq!(round_tf32(1.0 + ulp), 1.0 + ulp);
+        // Below half an ulp rounds down, half an ulp (a tie) rounds away from zero.
+        assert_eq!(round_tf32(1.0 + ulp / 2.0 - 2f64.powi(-23)), 1.0);
+        assert_eq!(round_tf32(1.0 + ulp / 2.0), 1.0 + ulp);
+        assert_eq!(round_tf32(-(1.0 + ulp / 2.0)), -(1.0 + ulp));
+        // A carry into the exponent, and values that pass unchanged.
+        assert_eq!(round_tf32(2.0 - ulp / 4.0), 2.0);
+        assert_eq!(round_tf32(0.0), 0.0);
+        assert!(round_tf32(f64::NAN).is_nan());
+        assert_eq!(round_tf32(f64::INFINITY), f64::INFINITY);
     }
 }

@@ -15,7 +15,9 @@
 //! Letters, used everywhere in the crate: **B** (batch), **I** (inputs), **C** (classes).
 //!
 //! ## Use
-//! - [`linear_relu_cross_entropy`]: the op as a function on tensors.
+//! - [`linear_relu_cross_entropy`]: the op as a function on tensors;
+//!   [`linear_relu_cross_entropy_with`] takes a [`HeadPrecision`] (exact f32 by default, or
+//!   TF32 tensor cores for the large-C products where the device has them).
 //! - [`FusedHead`] / [`FusedHeadConfig`]: the op as a [`Module`](burn::module::Module) with
 //!   `weight` `[C, I]` and `bias` `[C]` parameters.
 //! - [`FusedHeadBackend`]: the backend extension trait. Every stage has a default body built from
@@ -35,8 +37,9 @@
 //!
 //! These are the readable reference. The op itself runs the fast path,
 //! [`FusedHeadBackend::head_forward`] and [`FusedHeadBackend::head_backward`], which the CubeCL
-//! backends implement with fused kernels for C <= 32 and tiled exact-f32 products above; the
-//! tests gate both paths against the f64 reference.
+//! backends implement with fused kernels for C <= 32 and tiled exact-f32 products above (or
+//! TF32 tensor-core products, with [`HeadPrecision::Tf32`]); the tests gate every path against
+//! the f64 reference (for TF32, one that rounds the products' operands as TF32 does).
 
 mod autodiff;
 mod backend;
@@ -50,6 +53,11 @@ mod ops;
 pub mod reference;
 mod validate;
 
-pub use backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadWanted};
+pub use backend::{
+    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
+};
 pub use module::{FusedHead, FusedHeadConfig};
-pub use ops::{LabelError, linear_relu_cross_entropy, linear_relu_logits, validate_labels};
+pub use ops::{
+    LabelError, linear_relu_cross_entropy, linear_relu_cross_entropy_with, linear_relu_logits,
+    validate_labels,
+};

@@ -5,8 +5,8 @@ use burn::module::{Initializer, Module, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
-use crate::backend::FusedHeadBackend;
-use crate::ops::{linear_relu_cross_entropy, linear_relu_logits};
+use crate::backend::{FusedHeadBackend, HeadPrecision};
+use crate::ops::{linear_relu_cross_entropy_with, linear_relu_logits};
 
 /// Configuration of a [`FusedHead`].
 #[derive(Config, Debug)]
@@ -21,6 +21,9 @@ pub struct FusedHeadConfig {
         default = "Initializer::KaimingUniform{gain: 0.5773502691896258, fan_out_only: false}"
     )]
     pub initializer: Initializer,
+    /// How the large-C products are computed; see [`HeadPrecision`]. Default: exact f32.
+    #[config(default = "HeadPrecision::Exact")]
+    pub precision: HeadPrecision,
 }
 
 impl FusedHeadConfig {
@@ -34,6 +37,7 @@ impl FusedHeadConfig {
             bias: self
                 .initializer
                 .init_with([self.classes], fans.0, fans.1, device),
+            precision: self.precision,
         }
     }
 }
@@ -49,13 +53,22 @@ pub struct FusedHead<B: Backend> {
     pub weight: Param<Tensor<B, 2>>,
     /// b, `[C]`.
     pub bias: Param<Tensor<B, 1>>,
+    /// How the large-C products are computed (from the config; not part of the record).
+    #[module(skip)]
+    pub precision: HeadPrecision,
 }
 
 impl<B: FusedHeadBackend> FusedHead<B> {
     /// The mean cross-entropy loss of `x` `[B, I]` against `labels` `[B]`, shape `[1]`.
-    /// See [`linear_relu_cross_entropy`] for labels outside `[0, C)`, empty batches and panics.
+    /// See [`crate::linear_relu_cross_entropy`] for labels outside `[0, C)`, empty batches and panics.
     pub fn forward(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-        linear_relu_cross_entropy(x, self.weight.val(), self.bias.val(), labels)
+        linear_relu_cross_entropy_with(
+            x,
+            self.weight.val(),
+            self.bias.val(),
+            labels,
+            self.precision,
+        )
     }
 
     /// The head's output `H = ReLU(X W^T + b)`, `[B, C]`; its row argmax is the prediction.

@@ -2,7 +2,7 @@
 
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 
-use crate::backend::FusedHeadBackend;
+use crate::backend::{FusedHeadBackend, HeadPrecision};
 use crate::validate;
 
 /// `mean_r cross_entropy(softmax(ReLU(X W^T + b))[r], labels[r])`, shape `[1]`.
@@ -25,6 +25,20 @@ pub fn linear_relu_cross_entropy<B: FusedHeadBackend>(
     bias: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
+    linear_relu_cross_entropy_with(x, weight, bias, labels, HeadPrecision::Exact)
+}
+
+/// [`linear_relu_cross_entropy`] with a choice of [`HeadPrecision`] for the large-C products:
+/// `HeadPrecision::Tf32` allows TF32 tensor cores where the device has them
+/// ([`FusedHeadBackend::head_tf32_available`]), forward and backward; elsewhere it runs exact.
+/// Same checks, panics and edge cases as [`linear_relu_cross_entropy`].
+pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+    precision: HeadPrecision,
+) -> Tensor<B, 1> {
     validate::head_tensors(
         "linear_relu_cross_entropy",
         &x,
@@ -37,6 +51,7 @@ pub fn linear_relu_cross_entropy<B: FusedHeadBackend>(
         weight.into_primitive().tensor(),
         bias.into_primitive().tensor(),
         labels.into_primitive(),
+        precision,
     );
     Tensor::from_primitive(TensorPrimitive::Float(loss))
 }

@@ -9,7 +9,7 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor};
 use burn_fused_head::reference::{HeadData, seeded_uniform};
-use burn_fused_head::{FusedHead, FusedHeadBackend, FusedHeadConfig};
+use burn_fused_head::{FusedHead, FusedHeadBackend, FusedHeadConfig, HeadPrecision};
 
 #[derive(Module, Debug)]
 struct Mlp<B: Backend> {
@@ -32,6 +32,7 @@ impl<B: FusedHeadBackend> Mlp<B> {
             head: FusedHead {
                 weight: param(3, [4, 16], 0.25),
                 bias: vector(4, 4, 0.25),
+                precision: HeadPrecision::Exact,
             },
         }
     }
@@ -115,6 +116,35 @@ fn record_round_trip<B: FusedHeadBackend>(device: &B::Device) {
     assert_eq!(expected, loaded.logits(x).into_data());
 }
 
+/// The config's precision reaches the module (default exact; not part of the record) and its
+/// loss is the function's with that precision, bit for bit.
+fn precision_from_config<B: FusedHeadBackend>(device: &B::Device) {
+    assert_eq!(FusedHeadConfig::new(16, 40).precision, HeadPrecision::Exact);
+    let data = HeadData::random(10, 24, 16, 40);
+    let (x, _, _, labels) = data.tensors::<B>(device, DType::F32);
+    let head = FusedHeadConfig::new(16, 40)
+        .with_precision(HeadPrecision::Tf32)
+        .init::<B>(device);
+    assert_eq!(head.precision, HeadPrecision::Tf32);
+    let want = burn_fused_head::linear_relu_cross_entropy_with(
+        x.clone(),
+        head.weight.val(),
+        head.bias.val(),
+        labels.clone(),
+        HeadPrecision::Tf32,
+    );
+    assert_eq!(head.forward(x, labels).into_data(), want.into_data());
+    let record = head.clone().into_record();
+    let exact = FusedHeadConfig::new(16, 40)
+        .init::<B>(device)
+        .load_record(record);
+    assert_eq!(
+        exact.precision,
+        HeadPrecision::Exact,
+        "a record carries no precision"
+    );
+}
+
 macro_rules! module_suite {
     ($name:ident, $backend:ty, $device:expr) => {
         mod $name {
@@ -127,6 +157,10 @@ macro_rules! module_suite {
             #[test]
             fn record_round_trip() {
                 super::record_round_trip::<B>(&$device);
+            }
+            #[test]
+            fn precision_from_config() {
+                super::precision_from_config::<B>(&$device);
             }
         }
     };

@@ -14,9 +14,12 @@ use burn::module::Param;
 use burn::nn::Linear;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
-use burn_fused_head::gates::{GATE_NAMES, run_fast_path, run_stages};
+use burn_fused_head::gates::{GATE_NAMES, run_fast_path, run_stages, run_stages_tf32};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
-use burn_fused_head::{FusedHeadBackend, HeadWanted, linear_relu_cross_entropy};
+use burn_fused_head::{
+    FusedHeadBackend, HeadPrecision, HeadWanted, linear_relu_cross_entropy,
+    linear_relu_cross_entropy_with,
+};
 use common::*;
 
 /// (B, I, C): ones, primes, just past powers of two, C = 1, one row, and realistic sizes.
@@ -48,7 +51,8 @@ fn shape_sweep<B: FusedHeadBackend>(device: &B::Device) {
 /// vector widths), I past one column tile (256 vectors), B past the backward's row chunks (64,
 /// where the one-chunk partial sums are used as they are) and shared stages (32), B on both
 /// sides of the forward's one-cube launch (which writes the mean itself), tiles of 128 with
-/// ragged edges, and a weight gradient with too few tiles, whose K (= B) is split into slices.
+/// ragged edges, 17 rows of tiles (B = 2100), and a
+/// weight gradient with too few tiles, whose K (= B) is split into slices.
 const FAST_SHAPES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (3, 1030, 8),
@@ -63,6 +67,7 @@ const FAST_SHAPES: &[(usize, usize, usize)] = &[
     (601, 20, 40),
     (300, 1100, 5),
     (60, 64, 12),
+    (2100, 8, 40),
 ];
 
 /// The fast path (head_forward + head_backward) against the f64 reference stages, and against
@@ -72,13 +77,107 @@ fn fast_path_matches_stages<B: FusedHeadBackend>(device: &B::Device) {
         let data = HeadData::random(200 + k as u64, b, i, c);
         let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
         let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-        let fast = run_fast_path(x.clone(), w.clone(), bias.clone(), labels.clone(), grad);
+        let fast = run_fast_path(
+            x.clone(),
+            w.clone(),
+            bias.clone(),
+            labels.clone(),
+            grad,
+            HeadPrecision::Exact,
+        );
         let context = format!("fast path B={b} I={i} C={c} g={grad}");
         assert_gates(&context, &fast.gates(&reference_stages(&data, grad)));
         let stages = run_stages(x, w, bias, labels, grad);
         assert_gates(
             &format!("{context}, against the stages"),
             &fast.gates(&stages),
+        );
+    }
+}
+
+/// (B, I, C) for the TF32 products (C > 32): ragged 128-tiles on every side, I divisible by 4,
+/// by 2 only and by neither, and C likewise (the vector widths of the operands), K past one
+/// step of 16 and not a multiple of it, weight gradients split into slices of K
+/// ((257, 140, 40): 2 slices, (601, 20, 40): 3), and 17 rows of tiles.
+const TF32_SHAPES: &[(usize, usize, usize)] = &[
+    (2, 5, 33),
+    (130, 13, 129),
+    (257, 140, 40),
+    (601, 20, 40),
+    (64, 258, 100),
+    (200, 1024, 36),
+    (2100, 8, 40),
+];
+
+/// The stage outputs of the TF32 reference (stock ops on NdArray f64, with TF32's rounding of
+/// the products' operands emulated) for `data` and upstream gradient `grad`.
+fn tf32_reference_stages(data: &HeadData, grad: f64) -> burn_fused_head::gates::StageOutputs {
+    let (x, w, b, labels) = data.tensors::<Reference>(&reference_device(), DType::F64);
+    run_stages_tf32(x, w, b, labels, grad)
+}
+
+/// `HeadPrecision::Tf32` on the fast path. Where the backend has TF32 tensor cores: the seed's
+/// gates against the TF32 reference, and Z outside the exact gates somewhere (the tensor cores
+/// did run). Elsewhere: the same bits as `HeadPrecision::Exact`.
+fn tf32_fast_path<B: FusedHeadBackend>(device: &B::Device) {
+    let tensor_cores = B::head_tf32_available(device);
+    for (k, &(b, i, c)) in TF32_SHAPES.iter().enumerate() {
+        let data = HeadData::random(500 + k as u64, b, i, c);
+        let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
+        let run = |precision| {
+            let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+            run_fast_path(x, w, bias, labels, grad, precision)
+        };
+        let tf32 = run(HeadPrecision::Tf32);
+        let exact = run(HeadPrecision::Exact);
+        let context = format!("TF32 fast path B={b} I={i} C={c} g={grad}");
+        if tensor_cores {
+            assert_gates(&context, &tf32.gates(&tf32_reference_stages(&data, grad)));
+            let exact_z = burn_fused_head::gates::gate("Z", &tf32.z, &exact.z);
+            assert!(
+                !exact_z.passed(),
+                "{context}: Z within the exact gates of exact mode everywhere ({exact_z}); \
+                 the TF32 products did not run"
+            );
+        } else {
+            assert_eq!(
+                tf32, exact,
+                "{context}: without tensor cores TF32 must run exact"
+            );
+        }
+    }
+}
+
+/// `HeadPrecision::Tf32` through autodiff (the public function): loss and gradients against
+/// the TF32 reference where the backend has TF32 tensor cores, else equal to the exact op's.
+fn tf32_autodiff<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
+    let data = HeadData::random(77, 130, 72, 129);
+    let scale = 2.0;
+    let run = |precision| {
+        let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+        head_grads(x, w, b, labels, scale, |x, w, b, l| {
+            linear_relu_cross_entropy_with(x, w, b, l, precision)
+        })
+    };
+    let got = run(HeadPrecision::Tf32);
+    if B::head_tf32_available(device) {
+        let want = tf32_reference_stages(&data, scale);
+        assert_grads(
+            "TF32 autodiff",
+            &got,
+            &HeadGrads {
+                loss: want.loss,
+                dx: want.dx,
+                dw: want.dw,
+                db: want.db,
+            },
+        );
+    } else {
+        let exact = run(HeadPrecision::Exact);
+        assert_eq!(
+            (got.loss, &got.dx, &got.dw, &got.db),
+            (exact.loss, &exact.dx, &exact.dw, &exact.db),
+            "without tensor cores TF32 must run exact"
         );
     }
 }
@@ -94,6 +193,7 @@ fn fast_backward_wanted_subsets<B: FusedHeadBackend>(device: &B::Device) {
             w.clone(),
             bias.into_primitive().tensor(),
             labels.into_primitive(),
+            HeadPrecision::Exact,
         );
         let g = Tensor::<B, 1>::from_data([1.0], (device, DType::F32));
         let run = |wanted: HeadWanted| {
@@ -104,6 +204,7 @@ fn fast_backward_wanted_subsets<B: FusedHeadBackend>(device: &B::Device) {
                 fwd.dh.clone(),
                 g.clone().into_primitive().tensor(),
                 wanted,
+                HeadPrecision::Exact,
             );
             let read = |t: Option<_>| {
                 t.map(|t| {
@@ -398,6 +499,14 @@ macro_rules! parity_suite {
             #[test]
             fn fast_path_matches_stages() {
                 super::fast_path_matches_stages::<B>(&device());
+            }
+            #[test]
+            fn tf32_fast_path() {
+                super::tf32_fast_path::<B>(&device());
+            }
+            #[test]
+            fn tf32_autodiff() {
+                super::tf32_autodiff::<Autodiff<B>>(&device());
             }
             #[test]
             fn fast_backward_wanted_subsets() {

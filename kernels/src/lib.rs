@@ -23,6 +23,8 @@ pub mod relu_backward;
 pub mod small_classes_backward;
 pub mod small_classes_forward;
 pub mod softmax_cross_entropy;
+pub mod tf32_linear_relu_forward;
+pub mod tf32_matmul;
 pub mod tiled_linear_relu_forward;
 pub mod tiled_matmul;
 pub mod weight_gradient;
