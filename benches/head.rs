@@ -16,7 +16,7 @@
 //! where C > 32 (its floor counts the GEMMs at the TF32 tensor-core rate).
 //!
 //! Quick looks while tuning (never a source for BENCHMARKS.md): `--ours-only` (our CUDA
-//! contenders, no memory column) and `--shape B,I,C` (that shape only).
+//! contenders, no memory column) and `--shape B,I,C` (repeatable: those shapes only).
 
 use std::time::{Duration, Instant};
 
@@ -339,13 +339,22 @@ fn main() {
     shapes.extend([1024, 16384].map(|b| (b, 1024, 10)));
     shapes.extend([10, 100, 1000, 8000].map(|c| (8192, 1024, c)));
     shapes.push((8192, 4096, 32000));
-    // `--shape B,I,C`: that shape only (a quick look while tuning).
-    if let Some(k) = args.iter().position(|a| a == "--shape") {
-        let v: Vec<usize> = args[k + 1]
-            .split(',')
-            .map(|n| n.parse().expect("--shape B,I,C"))
-            .collect();
-        shapes = vec![(v[0], v[1], v[2])];
+    // `--shape B,I,C` (repeatable): those shapes only, in that order (a quick look while
+    // tuning, or the full list split over several runs).
+    let picked: Vec<(usize, usize, usize)> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| *a == "--shape")
+        .map(|(k, _)| {
+            let v: Vec<usize> = args[k + 1]
+                .split(',')
+                .map(|n| n.parse().expect("--shape B,I,C"))
+                .collect();
+            (v[0], v[1], v[2])
+        })
+        .collect();
+    if !picked.is_empty() {
+        shapes = picked;
     }
     print_header("CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32");
     for shape in shapes {
