@@ -246,11 +246,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             (0, 0),
         );
         let (loss, z, dh) = if classes > SMALL_CLASSES {
-            let (z, h) = if use_tf32(precision, &x) {
-                tf32_linear_relu_forward::<R, F>(x, weight, bias)
-            } else {
-                tiled_linear_relu_forward::<R, F>(x, weight, bias)
-            }; // [B, C] each
+            let tf32 = use_tf32(precision, &x);
+            let (z, h) = tiled_linear_relu_forward::<R, F>(x, weight, bias, tf32); // [B, C] each
             let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
             (Self::head_mean_loss(loss_rows), z, dh)
         } else {
@@ -577,32 +574,61 @@ fn tile_grid(op: &str, m: usize, n: usize, slices: usize) -> CubeCount {
     CubeCount::new_3d(x as u32, y as u32, slices as u32)
 }
 
-/// Stage 1 with the tiled product: `(Z, H)`, `[B, C]` each.
+/// Stage 1 with a tiled product: `(Z, H)`, `[B, C]` each; exact f32, or on TF32 tensor cores
+/// with `tf32` (the caller checked [`tf32_available`]).
 fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
     bias: CubeTensor<R>,
+    tf32: bool,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let (x, weight, bias) = (
         into_contiguous(x),
         into_contiguous(weight),
         into_contiguous(bias),
     );
-    let (batch, classes) = (x.shape()[0], weight.shape()[0]);
+    let [batch, inputs] = [x.shape()[0], x.shape()[1]];
+    let classes = weight.shape()[0];
     let z = empty::<R>(&x, [batch, classes]); // [B, C]
     let h = empty::<R>(&x, [batch, classes]); // [B, C]
-    if batch * classes > 0 {
-        // SAFETY: the kernel guards every global read and write by the shapes.
-        unsafe {
+    if batch * classes == 0 {
+        return (z, h);
+    }
+    let grid = tile_grid("head_forward", batch, classes, 1);
+    let (client, x, w, b) = (
+        &x.client,
+        x.clone().into_tensor_arg(),
+        weight.into_tensor_arg(),
+        bias.into_tensor_arg(),
+    );
+    let (z_arg, h_arg) = (z.clone().into_tensor_arg(), h.clone().into_tensor_arg());
+    // SAFETY: the kernels guard every global read and write by the shapes; X and W are
+    // contiguous with I their last dimension, which the TF32 kernel's vector width divides.
+    unsafe {
+        if tf32 {
+            let vector = vector_size(inputs, 4);
+            kernels::tf32_linear_relu_forward::tf32_linear_relu_forward::launch_unchecked::<F, R>(
+                client,
+                grid,
+                CubeDim::new_1d(kernels::tf32_matmul::UNITS),
+                vector,
+                x,
+                w,
+                b,
+                z_arg,
+                h_arg,
+                4 / vector,
+            );
+        } else {
             kernels::tiled_linear_relu_forward::tiled_linear_relu_forward::launch_unchecked::<F, R>(
-                &x.client,
-                tile_grid("head_forward", batch, classes, 1),
+                client,
+                grid,
                 CubeDim::new_1d(kernels::tiled_matmul::UNITS),
-                x.clone().into_tensor_arg(),
-                weight.into_tensor_arg(),
-                bias.into_tensor_arg(),
-                z.clone().into_tensor_arg(),
-                h.clone().into_tensor_arg(),
+                x,
+                w,
+                b,
+                z_arg,
+                h_arg,
             );
         }
     }
@@ -629,7 +655,8 @@ fn split_k(m: usize, n: usize, k: usize, depth: usize) -> (usize, usize) {
     (k.div_ceil(k_per_slice).max(1), k_per_slice)
 }
 
-/// `A B` with the tiled product, `[M, N]`; see `kernels::tiled_matmul` for the two layouts. An
+/// `A B` with a tiled product, `[M, N]`, exact f32 or on TF32 tensor cores with `tf32` (the
+/// caller checked [`tf32_available`]); see `kernels::tiled_matmul` for the two layouts. An
 /// output with few tiles splits K into slices added in order by `partial_sum`.
 fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     a: &CubeTensor<R>,
@@ -637,25 +664,56 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     [m, n]: [usize; 2],
     a_k_contiguous: bool,
     b_k_contiguous: bool,
+    tf32: bool,
 ) -> CubeTensor<R> {
     let k = a.shape()[if a_k_contiguous { 1 } else { 0 }];
-    let (slices, k_per_slice) = split_k(m, n, k, kernels::tiled_matmul::DEPTH);
+    let depth = if tf32 {
+        kernels::tf32_matmul::DEPTH
+    } else {
+        kernels::tiled_matmul::DEPTH
+    };
+    let (slices, k_per_slice) = split_k(m, n, k, depth);
     let out = empty::<R>(a, [slices, m, n]); // one product per slice of K
     if m * n > 0 {
         // With K = 0 every tile writes zeros: the empty sum.
-        // SAFETY: the kernel guards every global read and write by the shapes.
+        let grid = tile_grid("head_backward", m, n, slices);
+        let (a_arg, b_arg) = (a.clone().into_tensor_arg(), b.clone().into_tensor_arg());
+        let out_arg = out.clone().into_tensor_arg();
+        // SAFETY: the kernels guard every global read and write by the shapes; the operands are
+        // contiguous and each TF32 vector width divides its operand's last dimension.
         unsafe {
-            kernels::tiled_matmul::tiled_matmul::launch_unchecked::<F, R>(
-                &a.client,
-                tile_grid("head_backward", m, n, slices),
-                CubeDim::new_1d(kernels::tiled_matmul::UNITS),
-                a.clone().into_tensor_arg(),
-                b.clone().into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                k_per_slice as u32,
-                a_k_contiguous,
-                b_k_contiguous,
-            );
+            if tf32 {
+                // Vectors along each operand's stored contiguous dimension (its last).
+                let (a_vector, b_vector) =
+                    (vector_size(a.shape()[1], 4), vector_size(b.shape()[1], 4));
+                kernels::tf32_matmul::tf32_matmul::launch_unchecked::<F, R>(
+                    &a.client,
+                    grid,
+                    CubeDim::new_1d(kernels::tf32_matmul::UNITS),
+                    a_vector,
+                    b_vector,
+                    a_arg,
+                    b_arg,
+                    out_arg,
+                    k_per_slice as u32,
+                    a_k_contiguous,
+                    b_k_contiguous,
+                    4 / a_vector,
+                    4 / b_vector,
+                );
+            } else {
+                kernels::tiled_matmul::tiled_matmul::launch_unchecked::<F, R>(
+                    &a.client,
+                    grid,
+                    CubeDim::new_1d(kernels::tiled_matmul::UNITS),
+                    a_arg,
+                    b_arg,
+                    out_arg,
+                    k_per_slice as u32,
+                    a_k_contiguous,
+                    b_k_contiguous,
+                );
+            }
         }
     }
     // One slice is the product itself (reshaped, no launch).
@@ -688,84 +746,6 @@ fn tf32_available<R: CubeRuntime>(client: &cubecl::client::ComputeClient<R>) -> 
         && props.hardware.plane_size_max == PLANE
 }
 
-/// Stage 1 on TF32 tensor cores: `(Z, H)`, `[B, C]` each. The caller checked
-/// [`tf32_available`].
-fn tf32_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
-    x: CubeTensor<R>,
-    weight: CubeTensor<R>,
-    bias: CubeTensor<R>,
-) -> (CubeTensor<R>, CubeTensor<R>) {
-    let (x, weight, bias) = (
-        into_contiguous(x),
-        into_contiguous(weight),
-        into_contiguous(bias),
-    );
-    let [batch, inputs] = [x.shape()[0], x.shape()[1]];
-    let classes = weight.shape()[0];
-    let z = empty::<R>(&x, [batch, classes]); // [B, C]
-    let h = empty::<R>(&x, [batch, classes]); // [B, C]
-    let vector = vector_size(inputs, 4);
-    if batch * classes > 0 {
-        // SAFETY: the kernel guards every global read and write by the shapes; X and W are
-        // contiguous with I their last dimension, which the vector width divides.
-        unsafe {
-            kernels::tf32_linear_relu_forward::tf32_linear_relu_forward::launch_unchecked::<F, R>(
-                &x.client,
-                tile_grid("head_forward", batch, classes, 1),
-                CubeDim::new_1d(kernels::tf32_matmul::UNITS),
-                vector,
-                x.clone().into_tensor_arg(),
-                weight.into_tensor_arg(),
-                bias.into_tensor_arg(),
-                z.clone().into_tensor_arg(),
-                h.clone().into_tensor_arg(),
-                4 / vector,
-            );
-        }
-    }
-    (z, h)
-}
-
-/// `A B` on TF32 tensor cores, `[M, N]`; the layouts as [`tiled_matmul`]. An output with few
-/// tiles splits K into slices added in order by `partial_sum`. The caller checked
-/// [`tf32_available`].
-fn tf32_matmul<R: CubeRuntime, F: FloatElement>(
-    a: &CubeTensor<R>,
-    b: &CubeTensor<R>,
-    [m, n]: [usize; 2],
-    a_k_contiguous: bool,
-    b_k_contiguous: bool,
-) -> CubeTensor<R> {
-    let k = a.shape()[if a_k_contiguous { 1 } else { 0 }];
-    let (slices, k_per_slice) = split_k(m, n, k, kernels::tf32_matmul::DEPTH);
-    let out = empty::<R>(a, [slices, m, n]); // one product per slice of K
-    if m * n > 0 {
-        // Vectors along each operand's stored contiguous dimension (its last).
-        let (a_vector, b_vector) = (vector_size(a.shape()[1], 4), vector_size(b.shape()[1], 4));
-        // SAFETY: the kernel guards every global read and write by the shapes; the operands
-        // are contiguous and each vector width divides its operand's last dimension.
-        unsafe {
-            kernels::tf32_matmul::tf32_matmul::launch_unchecked::<F, R>(
-                &a.client,
-                tile_grid("head_backward", m, n, slices),
-                CubeDim::new_1d(kernels::tf32_matmul::UNITS),
-                a_vector,
-                b_vector,
-                a.clone().into_tensor_arg(),
-                b.clone().into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                k_per_slice as u32,
-                a_k_contiguous,
-                b_k_contiguous,
-                4 / a_vector,
-                4 / b_vector,
-            );
-        }
-    }
-    // One slice is the product itself (reshaped, no launch).
-    partial_sum::<R, F>(out, [m, n])
-}
-
 /// The large-C backward: stage 3 and stage 5 kernels, then dW = dZ^T X and dX = dZ W tiled
 /// (on TF32 tensor cores with `tf32`).
 fn tiled_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
@@ -782,25 +762,18 @@ fn tiled_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
     let (x, weight) = (into_contiguous(x), into_contiguous(weight));
     let [batch, classes] = [dz.shape()[0], dz.shape()[1]];
     let inputs = x.shape()[1];
-    let product = |a: &CubeTensor<R>, b: &CubeTensor<R>, out: [usize; 2], a_k: bool| {
-        if tf32 {
-            tf32_matmul::<R, F>(a, b, out, a_k, false)
-        } else {
-            tiled_matmul::<R, F>(a, b, out, a_k, false)
-        }
-    };
     HeadGradients {
         // dW [C, I] = dZ^T X: A = dZ^T read from dZ stored [B, C]; B = X stored [B, I].
         weight: wanted
             .weight
-            .then(|| product(&dz, &x, [classes, inputs], false)),
+            .then(|| tiled_matmul::<R, F>(&dz, &x, [classes, inputs], false, false, tf32)),
         bias: wanted
             .bias
             .then(|| B::<R, F, I, BT>::head_bias_gradient(dz.clone())),
         // dX [B, I] = dZ W: A = dZ stored [B, C]; B = W stored [C, I].
         x: wanted
             .x
-            .then(|| product(&dz, &weight, [batch, inputs], true)),
+            .then(|| tiled_matmul::<R, F>(&dz, &weight, [batch, inputs], true, false, tf32)),
     }
 }
 

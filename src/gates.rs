@@ -156,26 +156,7 @@ pub fn run_stages<B: FusedHeadBackend>(
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
 ) -> StageOutputs {
-    crate::validate::head_tensors("run_stages", &x, &weight, &bias, Some(&labels));
-    let g = upstream_gradient(grad_loss, &x);
-    let x = x.into_primitive().tensor(); // [B, I]
-    let weight = weight.into_primitive().tensor(); // [C, I]
-    let (z, h) =
-        B::head_linear_relu_forward(x.clone(), weight.clone(), bias.into_primitive().tensor());
-    let (loss_rows, dh) = B::head_softmax_cross_entropy(h.clone(), labels.into_primitive());
-    let loss = B::head_mean_loss(loss_rows.clone());
-    let dz = B::head_relu_backward(z.clone(), dh.clone(), g.into_primitive().tensor());
-    StageOutputs {
-        dw: read::<B>(B::head_weight_gradient(dz.clone(), x)),
-        db: read::<B>(B::head_bias_gradient(dz.clone())),
-        dx: read::<B>(B::head_input_gradient(dz.clone(), weight)),
-        z: read::<B>(z),
-        h: read::<B>(h),
-        loss_rows: read::<B>(loss_rows),
-        dh: read::<B>(dh),
-        dz: read::<B>(dz),
-        loss: read::<B>(loss)[0],
-    }
+    stages::<B>("run_stages", x, weight, bias, labels, grad_loss, false)
 }
 
 /// [`run_stages`] with TF32's rounding emulated: each operand of the three products (X and W in
@@ -191,24 +172,38 @@ pub fn run_stages_tf32<B: FusedHeadBackend>(
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
 ) -> StageOutputs {
-    crate::validate::head_tensors("run_stages_tf32", &x, &weight, &bias, Some(&labels));
+    stages::<B>("run_stages_tf32", x, weight, bias, labels, grad_loss, true)
+}
+
+/// The stages of [`run_stages`] (checked as `op`); with `tf32`, each operand of the three products rounded with
+/// [`round_tf32`] first (see [`run_stages_tf32`]).
+fn stages<B: FusedHeadBackend>(
+    op: &str,
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+    grad_loss: f64,
+    tf32: bool,
+) -> StageOutputs {
+    crate::validate::head_tensors(op, &x, &weight, &bias, Some(&labels));
     let g = upstream_gradient(grad_loss, &x);
-    let x = tf32_rounded(x).into_primitive().tensor(); // [B, I]
-    let weight = tf32_rounded(weight).into_primitive().tensor(); // [C, I]
+    let round = |t: Tensor<B, 2>| if tf32 { tf32_rounded(t) } else { t };
+    let x = round(x).into_primitive().tensor(); // [B, I]
+    let weight = round(weight).into_primitive().tensor(); // [C, I]
     let (z, h) =
         B::head_linear_relu_forward(x.clone(), weight.clone(), bias.into_primitive().tensor());
     let (loss_rows, dh) = B::head_softmax_cross_entropy(h.clone(), labels.into_primitive());
     let loss = B::head_mean_loss(loss_rows.clone());
     let dz = B::head_relu_backward(z.clone(), dh.clone(), g.into_primitive().tensor());
-    let dz_rounded = tf32_rounded(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(
-        dz.clone(),
-    )))
-    .into_primitive()
-    .tensor(); // [B, C]
+    // dZ as the operand of dW and dX (db sums it unrounded, as the kernels do).
+    let dz_operand = round(Tensor::from_primitive(TensorPrimitive::Float(dz.clone())))
+        .into_primitive()
+        .tensor(); // [B, C]
     StageOutputs {
-        dw: read::<B>(B::head_weight_gradient(dz_rounded.clone(), x)),
+        dw: read::<B>(B::head_weight_gradient(dz_operand.clone(), x)),
         db: read::<B>(B::head_bias_gradient(dz.clone())),
-        dx: read::<B>(B::head_input_gradient(dz_rounded, weight)),
+        dx: read::<B>(B::head_input_gradient(dz_operand, weight)),
         z: read::<B>(z),
         h: read::<B>(h),
         loss_rows: read::<B>(loss_rows),

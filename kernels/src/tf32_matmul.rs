@@ -27,6 +27,8 @@
 
 use cubecl::{cmma, cube, prelude::*};
 
+use crate::tiled_matmul::slice_of_k;
+
 /// Rows and columns of Out per cube.
 pub const TILE: usize = crate::tiled_matmul::TILE;
 /// Step along K per shared-memory stage.
@@ -454,13 +456,7 @@ pub fn tf32_matmul<F: Float, NA: Size, NB: Size>(
     } else {
         a.shape(0)
     };
-    let slice = CUBE_POS_Z as usize;
-    let k_begin = slice * k_per_slice as usize;
-    let k_end = select(
-        k_begin + (k_per_slice as usize) < k_size,
-        k_begin + k_per_slice as usize,
-        k_size,
-    );
+    let (slice, k_begin, k_end) = slice_of_k(k_size, k_per_slice);
     let m0 = CUBE_POS_Y as usize * TILE;
     let n0 = CUBE_POS_X as usize * TILE;
     let (mut smem_a, mut smem_b) = tf32_shared::<F>();

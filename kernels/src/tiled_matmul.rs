@@ -200,6 +200,20 @@ pub fn gemm_tile<F: Float>(
     }
 }
 
+/// This cube's slice of K (`CUBE_POS_Z`) and its range `[k_begin, k_end)`: `(slice, k_begin,
+/// k_end)`, for K = `k_size` in slices of `k_per_slice`.
+#[cube]
+pub fn slice_of_k(k_size: usize, k_per_slice: u32) -> (usize, usize, usize) {
+    let slice = CUBE_POS_Z as usize;
+    let k_begin = slice * k_per_slice as usize;
+    let k_end = select(
+        k_begin + (k_per_slice as usize) < k_size,
+        k_begin + k_per_slice as usize,
+        k_size,
+    );
+    (slice, k_begin, k_end)
+}
+
 /// `Out = A B` over one slice of K: Out is [M, N], or [S, M, N] for S slices of `k_per_slice`
 /// (split K, when the output has too few tiles to fill the device; the host adds the slices
 /// in order with `partial_sum`). Cube (x, y, z) computes the tile at columns `x * TILE`, rows
@@ -221,13 +235,7 @@ pub fn tiled_matmul<F: Float>(
     } else {
         a.shape(0)
     };
-    let slice = CUBE_POS_Z as usize;
-    let k_begin = slice * k_per_slice as usize;
-    let k_end = select(
-        k_begin + (k_per_slice as usize) < k_size,
-        k_begin + k_per_slice as usize,
-        k_size,
-    );
+    let (slice, k_begin, k_end) = slice_of_k(k_size, k_per_slice);
     let m0 = CUBE_POS_Y as usize * TILE;
     let n0 = CUBE_POS_X as usize * TILE;
     let mut acc = Array::<F>::new(MICRO * MICRO);
