@@ -17,6 +17,8 @@
 //!
 //! Quick looks while tuning (never a source for BENCHMARKS.md): `--ours-only` (our CUDA
 //! contenders, no memory column) and `--shape B,I,C` (repeatable: those shapes only).
+//! `--logits`: the head's output alone (`linear_relu_logits`, exact and TF32) against stage 1's
+//! kernel and stock Burn, on the raw `CubeBackend`, instead of the training step.
 
 use std::time::{Duration, Instant};
 
@@ -323,6 +325,68 @@ fn memory_in_fresh_process(which: usize, (b, i, c): (usize, usize, usize)) -> Op
     line?.trim().parse().ok()
 }
 
+/// `--logits`: the head's output H alone (prediction, no autodiff) on the raw `CubeBackend`,
+/// one process, side by side per shape: stage 1's kernel (what `linear_relu_logits` ran before
+/// change 8), `linear_relu_logits` exact and TF32, and stock Burn (`relu(x W^T + b)`).
+#[cfg(feature = "cuda")]
+fn logits_rows(shapes: &[(usize, usize, usize)]) {
+    use burn::tensor::TensorPrimitive;
+    use burn::tensor::backend::Backend;
+    use burn_cubecl::CubeBackend;
+    use burn_fused_head::{HeadPrecision, linear_relu_logits, linear_relu_logits_with};
+    use cubecl::cuda::CudaRuntime;
+    type B = CubeBackend<CudaRuntime, f32, i32, u8>;
+    type Logits = fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>) -> Tensor<B, 2>;
+    let stage1: Logits = |x, w, b| {
+        let (_z, h) = B::head_linear_relu_forward(
+            x.into_primitive().tensor(),
+            w.into_primitive().tensor(),
+            b.into_primitive().tensor(),
+        );
+        Tensor::from_primitive(TensorPrimitive::Float(h))
+    };
+    let tf32: Logits = |x, w, b| linear_relu_logits_with(x, w, b, HeadPrecision::Tf32);
+    let stock: Logits =
+        |x, w, b| burn::tensor::activation::relu(x.matmul(w.transpose()) + b.unsqueeze_dim(0));
+    let contenders: [(&str, Logits); 4] = [
+        ("stock", stock),
+        ("stage 1 kernel", stage1),
+        ("ours logits", linear_relu_logits),
+        ("ours logits TF32", tf32),
+    ];
+    let device = Default::default();
+    println!(
+        "\nLogits alone, raw CubeBackend (fusion off), f32. Times in ms; `vs stock` = stock median / this median."
+    );
+    println!("| B, I, C | contender | first call | median | p20/p80 | vs stock |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for &(b, i, c) in shapes {
+        let data = HeadData::random(1, b, i, c);
+        let (x, w, bias, _) = data.tensors::<B>(&device, DType::F32);
+        let mut stock_ms = None;
+        for (name, f) in contenders {
+            let call = || {
+                let t = Instant::now();
+                let h = f(x.clone(), w.clone(), bias.clone());
+                B::sync(&device).unwrap();
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                drop(h);
+                ms
+            };
+            let first = call();
+            let s = stats(repeat(Duration::from_millis(BUDGET_MS), 200, call));
+            let stock = *stock_ms.get_or_insert(s.median);
+            println!(
+                "| {b}, {i}, {c} | {name} | {first:.1} | {:.3} | {:.3}/{:.3} | {:.2}x |",
+                s.median,
+                s.p20,
+                s.p80,
+                stock / s.median
+            );
+        }
+    }
+}
+
 #[cfg(feature = "cuda")]
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -355,6 +419,10 @@ fn main() {
         .collect();
     if !picked.is_empty() {
         shapes = picked;
+    }
+    if args.iter().any(|a| a == "--logits") {
+        logits_rows(&shapes);
+        return;
     }
     print_header("CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32");
     for shape in shapes {

@@ -132,6 +132,21 @@ pub trait FusedHeadBackend: Backend {
         (prim(z), prim(h))
     }
 
+    /// The head's output `H = ReLU(X W^T + b)` `[B, C]` alone, without the loss: what
+    /// [`crate::linear_relu_logits_with`] runs. The default is stage 1
+    /// ([`head_linear_relu_forward`](Self::head_linear_relu_forward)), exact whatever the
+    /// `precision`; the CubeCL backends run the fast path's forward product for C > 32 (on TF32
+    /// tensor cores with [`HeadPrecision::Tf32`] where the device has them).
+    fn head_logits(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        precision: HeadPrecision,
+    ) -> FloatTensor<Self> {
+        let _ = precision;
+        Self::head_linear_relu_forward(x, weight, bias).1
+    }
+
     /// Stage 2: stable softmax cross-entropy; returns `(loss_rows [B], dH [B, C])` with
     /// `loss_rows[r] = ln(sum_j exp(H[r,j] - m)) - (H[r,label] - m)`, `m = max_j H[r,j]`, and
     /// `dH = (p - onehot) / B` from the same probabilities. A row whose label is outside

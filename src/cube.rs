@@ -85,6 +85,24 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         (z, h)
     }
 
+    fn head_logits(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        precision: HeadPrecision,
+    ) -> FloatTensor<Self> {
+        let op = "head_logits";
+        check::<R, F>(op, &[&x, &weight, &bias]);
+        let (_batch, _inputs, classes) =
+            validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
+        if classes > SMALL_CLASSES {
+            let tf32 = use_tf32(precision, &x);
+            tiled_linear_relu_forward::<R, F>(x, weight, bias, tf32).1
+        } else {
+            Self::head_linear_relu_forward(x, weight, bias).1
+        }
+    }
+
     fn head_softmax_cross_entropy(
         h: FloatTensor<Self>,
         labels: IntTensor<Self>,

@@ -19,6 +19,7 @@ use crate::backend::{
 enum Stage {
     Forward(HeadPrecision),
     Backward(HeadWanted, HeadPrecision),
+    Logits(HeadPrecision),
     LinearReluForward,
     SoftmaxCrossEntropy,
     ReluBackward,
@@ -35,6 +36,8 @@ impl Stage {
             Stage::Forward(HeadPrecision::Tf32) => "fused_head_forward_tf32",
             Stage::Backward(_, HeadPrecision::Exact) => "fused_head_backward",
             Stage::Backward(_, HeadPrecision::Tf32) => "fused_head_backward_tf32",
+            Stage::Logits(HeadPrecision::Exact) => "fused_head_logits",
+            Stage::Logits(HeadPrecision::Tf32) => "fused_head_logits_tf32",
             Stage::LinearReluForward => "fused_head_linear_relu_forward",
             Stage::SoftmaxCrossEntropy => "fused_head_softmax_cross_entropy",
             Stage::ReluBackward => "fused_head_relu_backward",
@@ -83,6 +86,9 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                     .into_iter()
                     .flatten()
                     .collect()
+            }
+            Stage::Logits(precision) => {
+                vec![B::head_logits(float(0), float(1), float(2), precision)]
             }
             Stage::LinearReluForward => {
                 let (z, h) = B::head_linear_relu_forward(float(0), float(1), float(2));
@@ -167,6 +173,21 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         .try_into()
         .expect("two outputs");
         (z, h)
+    }
+
+    fn head_logits(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        precision: HeadPrecision,
+    ) -> FloatTensor<Self> {
+        let (batch, _, classes) =
+            crate::validate::linear_shapes("head_logits", &x.shape, &weight.shape, &bias.shape);
+        one(register::<B>(
+            Stage::Logits(precision),
+            vec![x, weight, bias],
+            &[Shape::new([batch, classes])],
+        ))
     }
 
     fn head_softmax_cross_entropy(

@@ -59,5 +59,5 @@ pub use backend::{
 pub use module::{FusedHead, FusedHeadConfig};
 pub use ops::{
     LabelError, linear_relu_cross_entropy, linear_relu_cross_entropy_with, linear_relu_logits,
-    validate_labels,
+    linear_relu_logits_with, validate_labels,
 };

@@ -6,7 +6,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
 use crate::backend::{FusedHeadBackend, HeadPrecision};
-use crate::ops::{linear_relu_cross_entropy_with, linear_relu_logits};
+use crate::ops::{linear_relu_cross_entropy_with, linear_relu_logits_with};
 
 /// Configuration of a [`FusedHead`].
 #[derive(Config, Debug)]
@@ -71,8 +71,9 @@ impl<B: FusedHeadBackend> FusedHead<B> {
         )
     }
 
-    /// The head's output `H = ReLU(X W^T + b)`, `[B, C]`; its row argmax is the prediction.
+    /// The head's output `H = ReLU(X W^T + b)`, `[B, C]`, with the head's precision; its row
+    /// argmax is the prediction. See [`crate::linear_relu_logits_with`].
     pub fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        linear_relu_logits(x, self.weight.val(), self.bias.val())
+        linear_relu_logits_with(x, self.weight.val(), self.bias.val(), self.precision)
     }
 }

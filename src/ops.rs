@@ -56,21 +56,35 @@ pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend>(
     Tensor::from_primitive(TensorPrimitive::Float(loss))
 }
 
-/// The head's output `H = ReLU(X W^T + b)`, `[B, C]`, from stage 1 (for prediction: the argmax of
-/// H is the predicted class). Checks and panics as [`linear_relu_cross_entropy`].
+/// The head's output `H = ReLU(X W^T + b)`, `[B, C]`, in exact f32 (for prediction: the argmax
+/// of H is the predicted class). Checks and panics as [`linear_relu_cross_entropy`].
 ///
-/// On an inner backend (no autodiff) this runs the stage-1 kernel; on an `Autodiff` backend it
-/// runs stock ops, which autodiff differentiates as usual.
+/// On an inner backend (no autodiff) this runs the op's kernels (C > 32: the tiled forward
+/// product; C <= 32: stage 1); on an `Autodiff` backend it runs stock ops, which autodiff
+/// differentiates as usual.
 pub fn linear_relu_logits<B: FusedHeadBackend>(
     x: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
 ) -> Tensor<B, 2> {
+    linear_relu_logits_with(x, weight, bias, HeadPrecision::Exact)
+}
+
+/// [`linear_relu_logits`] with a choice of [`HeadPrecision`]: `HeadPrecision::Tf32` allows TF32
+/// tensor cores for the product where the device has them and C > 32, as in
+/// [`linear_relu_cross_entropy_with`]; elsewhere (and on an `Autodiff` backend) it runs exact.
+pub fn linear_relu_logits_with<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    precision: HeadPrecision,
+) -> Tensor<B, 2> {
     validate::head_tensors("linear_relu_logits", &x, &weight, &bias, None);
-    let (_z, h) = B::head_linear_relu_forward(
+    let h = B::head_logits(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
         bias.into_primitive().tensor(),
+        precision,
     );
     Tensor::from_primitive(TensorPrimitive::Float(h))
 }

@@ -18,7 +18,7 @@ use burn_fused_head::gates::{GATE_NAMES, run_fast_path, run_stages, run_stages_t
 use burn_fused_head::reference::{HeadData, stock_head_loss};
 use burn_fused_head::{
     FusedHeadBackend, HeadPrecision, HeadWanted, linear_relu_cross_entropy,
-    linear_relu_cross_entropy_with,
+    linear_relu_cross_entropy_with, linear_relu_logits, linear_relu_logits_with,
 };
 use common::*;
 
@@ -179,6 +179,47 @@ fn tf32_autodiff<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
             (exact.loss, &exact.dx, &exact.dw, &exact.db),
             "without tensor cores TF32 must run exact"
         );
+    }
+}
+
+/// `linear_relu_logits` (and `_with`) on the inner backend, which runs the op's forward product
+/// (tiled for C > 32): H against the reference's H under the seed's gate, for the fast path's
+/// shapes; with `HeadPrecision::Tf32`, against the TF32 reference where the backend has TF32
+/// tensor cores (and outside the exact gates somewhere), else the exact logits' bits.
+fn logits_fast_path<B: FusedHeadBackend>(device: &B::Device) {
+    let h_gate = |context: &str, got: Vec<f64>, want: &[f64]| {
+        assert_gates(context, &[burn_fused_head::gates::gate("H", &got, want)]);
+    };
+    let logits = |data: &HeadData, precision| {
+        let (x, w, bias, _) = data.tensors::<B>(device, DType::F32);
+        burn_fused_head::gates::values(linear_relu_logits_with(x, w, bias, precision))
+    };
+    for (k, &(b, i, c)) in FAST_SHAPES.iter().enumerate() {
+        let data = HeadData::random(600 + k as u64, b, i, c);
+        let (x, w, bias, _) = data.tensors::<B>(device, DType::F32);
+        let got = burn_fused_head::gates::values(linear_relu_logits(x, w, bias));
+        let context = format!("logits B={b} I={i} C={c}");
+        h_gate(&context, got, &reference_stages(&data, 1.0).h);
+    }
+    for (k, &(b, i, c)) in TF32_SHAPES.iter().enumerate() {
+        let data = HeadData::random(700 + k as u64, b, i, c);
+        let tf32 = logits(&data, HeadPrecision::Tf32);
+        let exact = logits(&data, HeadPrecision::Exact);
+        let context = format!("TF32 logits B={b} I={i} C={c}");
+        if B::head_tf32_available(device) {
+            h_gate(&context, tf32.clone(), &tf32_reference_stages(&data, 1.0).h);
+            let exact_h = burn_fused_head::gates::gate("H", &tf32, &exact);
+            assert!(
+                !exact_h.passed(),
+                "{context}: H within the exact gates of exact mode everywhere ({exact_h}); \
+                 the TF32 product did not run"
+            );
+        } else {
+            assert_eq!(
+                tf32, exact,
+                "{context}: without tensor cores TF32 must run exact"
+            );
+        }
     }
 }
 
@@ -507,6 +548,10 @@ macro_rules! parity_suite {
             #[test]
             fn tf32_autodiff() {
                 super::tf32_autodiff::<Autodiff<B>>(&device());
+            }
+            #[test]
+            fn logits_fast_path() {
+                super::logits_fast_path::<B>(&device());
             }
             #[test]
             fn fast_backward_wanted_subsets() {
