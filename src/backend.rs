@@ -135,8 +135,9 @@ pub trait FusedHeadBackend: Backend {
     /// The head's output `H = ReLU(X W^T + b)` `[B, C]` alone, without the loss: what
     /// [`crate::linear_relu_logits_with`] runs. The default is stage 1
     /// ([`head_linear_relu_forward`](Self::head_linear_relu_forward)), exact whatever the
-    /// `precision`; the CubeCL backends run the fast path's forward product for C > 32 (on TF32
-    /// tensor cores with [`HeadPrecision::Tf32`] where the device has them).
+    /// `precision`; the CubeCL backends run the fast path's forward kernels without the loss
+    /// (C <= 32: one pass over X; C > 32: the tiled product, on TF32 tensor cores with
+    /// [`HeadPrecision::Tf32`] where the device has them).
     fn head_logits(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

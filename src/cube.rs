@@ -99,7 +99,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let tf32 = use_tf32(precision, &x);
             tiled_linear_relu_forward::<R, F>(x, weight, bias, tf32).1
         } else {
-            Self::head_linear_relu_forward(x, weight, bias).1
+            small_classes_logits::<R, F>(x, weight, bias)
         }
     }
 
@@ -459,6 +459,46 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
         mean_of_parts::<R, F>(loss, batch)
     };
     (loss, z, dh)
+}
+
+/// The small-C logits (C <= SMALL_CLASSES): `H [B, C]`, in the small-C forward's geometry
+/// (rows per plane, vector width, steps) with 256-unit cubes, one plane per group of rows.
+fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: CubeTensor<R>,
+) -> CubeTensor<R> {
+    let (batch, inputs, classes) = (x.shape()[0], x.shape()[1], weight.shape()[0]);
+    let (x, weight, bias) = (
+        into_contiguous(x),
+        into_contiguous(weight),
+        into_contiguous(bias),
+    );
+    let h = empty::<R>(&x, [batch, classes]); // [B, C]
+    if batch == 0 {
+        return h;
+    }
+    let geometry = SmallForward::new(batch, inputs, classes);
+    // With 32-unit planes, 8 planes per cube; planes stride over the groups of rows.
+    let cubes = batch.div_ceil(geometry.rows * 8).min(u16::MAX as usize);
+    // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
+    // tensors are contiguous with the shapes it reads them by, and the vector width divides I.
+    unsafe {
+        kernels::small_classes_logits::small_classes_logits::launch_unchecked::<F, R>(
+            &x.client,
+            CubeCount::new_1d(cubes as u32),
+            CubeDim::new_1d(CUBE_UNITS),
+            geometry.vector,
+            x.clone().into_tensor_arg(),
+            weight.into_tensor_arg(),
+            bias.into_tensor_arg(),
+            h.clone().into_tensor_arg(),
+            classes,
+            geometry.rows,
+            geometry.steps,
+        );
+    }
+    h
 }
 
 /// Launch geometry of the small-C forward, a rule of (B, I, C) only.

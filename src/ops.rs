@@ -59,9 +59,9 @@ pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend>(
 /// The head's output `H = ReLU(X W^T + b)`, `[B, C]`, in exact f32 (for prediction: the argmax
 /// of H is the predicted class). Checks and panics as [`linear_relu_cross_entropy`].
 ///
-/// On an inner backend (no autodiff) this runs the op's kernels (C > 32: the tiled forward
-/// product; C <= 32: stage 1); on an `Autodiff` backend it runs stock ops, which autodiff
-/// differentiates as usual.
+/// On an inner backend (no autodiff) this runs the op's kernels (C <= 32: one pass over X with
+/// the small-C forward's layout; C > 32: the tiled forward product); on an `Autodiff` backend
+/// it runs stock ops, which autodiff differentiates as usual.
 pub fn linear_relu_logits<B: FusedHeadBackend>(
     x: Tensor<B, 2>,
     weight: Tensor<B, 2>,

@@ -182,9 +182,9 @@ fn tf32_autodiff<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
     }
 }
 
-/// `linear_relu_logits` (and `_with`) on the inner backend, which runs the op's forward product
-/// (tiled for C > 32): H against the reference's H under the seed's gate, for the fast path's
-/// shapes; with `HeadPrecision::Tf32`, against the TF32 reference where the backend has TF32
+/// `linear_relu_logits` (and `_with`) on the inner backend, which runs the op's forward kernels
+/// (the small-C logits kernel up to C = 32, the tiled product above): H against the reference's
+/// H under the seed's gate, for the fast path's shapes; with `HeadPrecision::Tf32`, against the TF32 reference where the backend has TF32
 /// tensor cores (and outside the exact gates somewhere), else the exact logits' bits.
 fn logits_fast_path<B: FusedHeadBackend>(device: &B::Device) {
     let h_gate = |context: &str, got: Vec<f64>, want: &[f64]| {

@@ -22,6 +22,7 @@ pub mod partial_sum;
 pub mod relu_backward;
 pub mod small_classes_backward;
 pub mod small_classes_forward;
+pub mod small_classes_logits;
 pub mod softmax_cross_entropy;
 pub mod tf32_linear_relu_forward;
 pub mod tf32_matmul;

@@ -45,7 +45,6 @@ pub fn small_classes_forward<F: Float, N: Size, L: Int>(
     #[comptime] mean: bool,
 ) {
     let batch = x.shape(0);
-    let vectors = x.shape(1) / N::value();
     let lane = UNIT_POS_PLANE as usize;
     let plane_dim = PLANE_DIM as usize;
     let planes_per_cube = (CUBE_DIM / PLANE_DIM) as usize;
@@ -60,51 +59,9 @@ pub fn small_classes_forward<F: Float, N: Size, L: Int>(
     // uniform over a plane, so all its lanes reach every plane sum together.
     let mut first = (CUBE_POS * planes_per_cube + plane) * rows;
     while first < batch {
-        // 1. Lane partials of the rows * C dot products. Rows past B read row B - 1 (valid
-        //    memory) and are never written.
+        // 1. Lane partials of the rows * C dot products.
         let mut acc = Array::<F>::new(rows * classes);
-        #[unroll]
-        for k in 0..rows * classes {
-            acc[k] = F::new(0.0);
-        }
-        // `steps` segments of each row per pass: every X load of the pass is issued before the
-        // first FMA waits on one (loads in flight are what a memory-bound kernel lives on).
-        let mut col = lane;
-        while col < vectors {
-            let mut xs = Array::<Vector<F, N>>::new(rows * steps);
-            #[unroll]
-            for u in 0..steps {
-                let cu = col + u * plane_dim;
-                #[unroll]
-                for r in 0..rows {
-                    let row = select(first + r < batch, first + r, batch - 1);
-                    let mut v = Vector::<F, N>::empty().fill(F::new(0.0));
-                    if cu < vectors {
-                        v = x[row * vectors + cu];
-                    }
-                    xs[u * rows + r] = v;
-                }
-            }
-            #[unroll]
-            for u in 0..steps {
-                let cu = col + u * plane_dim;
-                if cu < vectors {
-                    #[unroll]
-                    for c in 0..classes {
-                        let wv = w[c * vectors + cu];
-                        #[unroll]
-                        for r in 0..rows {
-                            let xv = xs[u * rows + r];
-                            #[unroll]
-                            for e in 0..N::value() {
-                                acc[r * classes + c] += xv[e] * wv[e];
-                            }
-                        }
-                    }
-                }
-            }
-            col += steps * plane_dim;
-        }
+        lane_partials::<F, N>(x, w, first, &mut acc, classes, rows, steps);
 
         // 2. Per row: the plane's sums, bias, ReLU, then stage 2 on C values in registers.
         #[unroll]
@@ -178,5 +135,67 @@ pub fn small_classes_forward<F: Float, N: Size, L: Int>(
         } else {
             loss[CUBE_POS] = total;
         }
+    }
+}
+
+/// Lane partials of the `rows * C` dot products of rows `first ..` with the C rows of W, into
+/// `acc` (row-major `[rows, C]`), for the plane's current group of rows: lane `l` walks the
+/// vectors `l, l + P, ...`, `steps` segments of each row loaded before any is used. Rows past B
+/// read row B - 1 (valid memory). Shared by the small-C forward and logits kernels.
+#[cube]
+pub fn lane_partials<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    first: usize,
+    acc: &mut Array<F>,
+    #[comptime] classes: usize,
+    #[comptime] rows: usize,
+    #[comptime] steps: usize,
+) {
+    let batch = x.shape(0);
+    let vectors = x.shape(1) / N::value();
+    let lane = UNIT_POS_PLANE as usize;
+    let plane_dim = PLANE_DIM as usize;
+    #[unroll]
+    for k in 0..rows * classes {
+        acc[k] = F::new(0.0);
+    }
+    // `steps` segments of each row per pass: every X load of the pass is issued before the
+    // first FMA waits on one (loads in flight are what a memory-bound kernel lives on).
+    let mut col = lane;
+    while col < vectors {
+        let mut xs = Array::<Vector<F, N>>::new(rows * steps);
+        #[unroll]
+        for u in 0..steps {
+            let cu = col + u * plane_dim;
+            #[unroll]
+            for r in 0..rows {
+                let row = select(first + r < batch, first + r, batch - 1);
+                let mut v = Vector::<F, N>::empty().fill(F::new(0.0));
+                if cu < vectors {
+                    v = x[row * vectors + cu];
+                }
+                xs[u * rows + r] = v;
+            }
+        }
+        #[unroll]
+        for u in 0..steps {
+            let cu = col + u * plane_dim;
+            if cu < vectors {
+                #[unroll]
+                for c in 0..classes {
+                    let wv = w[c * vectors + cu];
+                    #[unroll]
+                    for r in 0..rows {
+                        let xv = xs[u * rows + r];
+                        #[unroll]
+                        for e in 0..N::value() {
+                            acc[r * classes + c] += xv[e] * wv[e];
+                        }
+                    }
+                }
+            }
+        }
+        col += steps * plane_dim;
     }
 }
