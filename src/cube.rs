@@ -479,8 +479,7 @@ fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
         return h;
     }
     let geometry = SmallForward::new(batch, inputs, classes);
-    // With 32-unit planes, 8 planes per cube; planes stride over the groups of rows.
-    let cubes = batch.div_ceil(geometry.rows * 8).min(u16::MAX as usize);
+    let cubes = SmallForward::plane_cubes(batch, geometry.rows);
     // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
     // tensors are contiguous with the shapes it reads them by, and the vector width divides I.
     unsafe {
@@ -528,15 +527,9 @@ impl SmallForward {
         let rows = if classes <= 16 { 2 } else { 1 };
         let vector = vector_size(inputs, 4);
         let steps = (8 / (rows * vector)).max(1);
-        // With 32-unit planes, 8 planes per cube; smaller planes only add planes. Planes stride
-        // over the groups of rows, so the capped count covers any B.
-        let needed = batch.div_ceil(rows * 8);
+        let needed = Self::plane_cubes(batch, rows);
         let mean = needed <= ONE_CUBE_UP_TO;
-        let cubes = if mean {
-            1
-        } else {
-            needed.min(u16::MAX as usize)
-        };
+        let cubes = if mean { 1 } else { needed };
         Self {
             classes,
             rows,
@@ -545,6 +538,13 @@ impl SmallForward {
             cubes,
             mean,
         }
+    }
+
+    /// 256-unit cubes for one group of `rows` rows per plane: with 32-unit planes, 8 planes per
+    /// cube (smaller planes only add planes). Planes stride over the groups of rows, so the
+    /// capped count covers any B.
+    fn plane_cubes(batch: usize, rows: usize) -> usize {
+        batch.div_ceil(rows * 8).min(u16::MAX as usize)
     }
 
     /// Units per cube: 256, or 512 for the one-cube launch (twice the planes on a batch that
@@ -647,6 +647,28 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     );
     let [batch, inputs] = [x.shape()[0], x.shape()[1]];
     let classes = weight.shape()[0];
+    // TF32 with rows of X and W TMA can read: Z = X W^T by Burn's own TF32 matmul, then bias
+    // and ReLU in place.
+    if tf32 && batch * classes * inputs > 0 && tma_rows(&[inputs]) {
+        let w_t = burn_cubecl::ops::permute(weight.clone(), &[1, 0]); // [I, C] view
+        if let Some(z) = tma_tf32_matmul(x.clone(), w_t) {
+            let h = empty::<R>(&z, [batch, classes]); // [B, C]
+            if let Some((count, dim)) = elementwise(&z, batch * classes) {
+                // SAFETY: the kernel guards every access by Z's length; Z, H, b are contiguous.
+                unsafe {
+                    kernels::bias_relu::bias_relu::launch_unchecked::<F, R>(
+                        &z.client,
+                        count,
+                        dim,
+                        z.clone().into_tensor_arg(),
+                        bias.into_tensor_arg(),
+                        h.clone().into_tensor_arg(),
+                    );
+                }
+            }
+            return (z, h);
+        }
+    }
     let z = empty::<R>(&x, [batch, classes]); // [B, C]
     let h = empty::<R>(&x, [batch, classes]); // [B, C]
     if batch * classes == 0 {
@@ -731,6 +753,23 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
         kernels::tiled_matmul::DEPTH
     };
     let (slices, k_per_slice) = split_k(m, n, k, depth);
+    // TF32 with enough tiles not to split K, on rows TMA can read: Burn's own TF32 matmul on
+    // [M, K] and [K, N] views of the stored operands (transposes in place).
+    if tf32 && slices == 1 && m * n * k > 0 && tma_rows(&[a.shape()[1], b.shape()[1]]) {
+        let a_mk = if a_k_contiguous {
+            a.clone()
+        } else {
+            burn_cubecl::ops::permute(a.clone(), &[1, 0])
+        };
+        let b_kn = if b_k_contiguous {
+            burn_cubecl::ops::permute(b.clone(), &[1, 0])
+        } else {
+            b.clone()
+        };
+        if let Some(out) = tma_tf32_matmul(a_mk, b_kn) {
+            return out;
+        }
+    }
     let out = empty::<R>(a, [slices, m, n]); // one product per slice of K
     if m * n > 0 {
         // With K = 0 every tile writes zeros: the empty sum.
@@ -776,6 +815,49 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     }
     // One slice is the product itself (reshaped, no launch).
     partial_sum::<R, F>(out, [m, n])
+}
+
+/// Whether TMA can read operands whose stored rows have these lengths (f32): TMA needs every
+/// stride but the unit one to be a multiple of 16 bytes. Our allocations and views start on
+/// aligned addresses (burn-cubecl copies a slice that would not).
+fn tma_rows(row_lengths: &[usize]) -> bool {
+    row_lengths.iter().all(|len| len % 4 == 0)
+}
+
+/// `A B` on TF32 tensor cores for `a` [M, K] and `b` [K, N] (views of any layout) by Burn's
+/// own matmul library (cubek 0.2) with one fixed strategy, never autotuned: `SimpleTmaMma`
+/// with multi-row stages (TMA loads, PTX `mma`), the fastest of the strategies measured at
+/// (8192, 4096, 32000) (PERF_NOTES.md, change 9). Its operands reach the tensor cores rounded
+/// to TF32 as in our own TF32 kernels (the parity tests check it against the same reference).
+/// `None` when cubek refuses the problem (it validates before launching anything: TMA needs
+/// sm_90 and aligned rows); the caller then runs its own kernel.
+fn tma_tf32_matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> Option<CubeTensor<R>> {
+    use cubek::matmul::components::tile::TileMatmulKind;
+    use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
+    use cubek::matmul::launch::Strategy;
+    use cubek::matmul::routines::{BlueprintStrategy, simple::SimpleArgs};
+    use cubek::std::InputBinding;
+    let strategy = Strategy::SimpleTmaMma(BlueprintStrategy::Inferred(SimpleArgs {
+        tile_matmul: TileMatmulKind::Mma,
+        multi_rows: true,
+    }));
+    let out = empty::<R>(&a, [a.shape()[0], b.shape()[1]]); // [M, N]
+    let dtype: cubecl::ir::StorageType = a.dtype.into();
+    let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: dtype,
+        rhs: dtype,
+        out: dtype,
+    });
+    cubek::matmul::launch::launch_ref(
+        &strategy,
+        &out.client,
+        InputBinding::new(a.binding(), dtype),
+        InputBinding::new(b.binding(), dtype),
+        out.clone().binding(),
+        &mut dtypes,
+    )
+    .ok()
+    .map(|()| out)
 }
 
 /// Whether a large-C product runs on TF32 tensor cores: allowed by `precision` and available

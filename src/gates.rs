@@ -213,15 +213,16 @@ fn stages<B: FusedHeadBackend>(
     }
 }
 
-/// `v` as f32, then rounded to TF32 as CUDA's `__float_to_tf32` (PTX `cvt.rna.tf32.f32`): the
-/// 13 low mantissa bits dropped, rounding to nearest with ties away from zero. NaN and the
-/// infinities pass unchanged.
+/// `v` as f32, then rounded to TF32 as the op's TF32 kernels do: the 13 low mantissa bits
+/// dropped, rounding to nearest with ties to even (the rule of Burn's TMA matmul path; CUDA's
+/// `__float_to_tf32` rounds ties away). NaN and the infinities pass unchanged.
 pub fn round_tf32(v: f64) -> f64 {
     let f = v as f32;
     if !f.is_finite() {
         return f as f64;
     }
-    f32::from_bits((f.to_bits() + 0x1000) & !0x1fff) as f64
+    let bits = f.to_bits();
+    f32::from_bits((bits + 0xfff + ((bits >> 13) & 1)) & !0x1fff) as f64
 }
 
 /// `t` with every element passed through [`round_tf32`] (on the host; same device and dtype).
@@ -333,14 +334,17 @@ mod tests {
     use super::round_tf32;
 
     #[test]
-    fn round_tf32_keeps_ten_mantissa_bits_ties_away() {
+    fn round_tf32_keeps_ten_mantissa_bits_ties_to_even() {
         let ulp = 2f64.powi(-10); // TF32's spacing in [1, 2)
         assert_eq!(round_tf32(1.0), 1.0);
         assert_eq!(round_tf32(1.0 + ulp), 1.0 + ulp);
-        // Below half an ulp rounds down, half an ulp (a tie) rounds away from zero.
+        // Below half an ulp rounds down, above it up; a tie goes to the even neighbour.
         assert_eq!(round_tf32(1.0 + ulp / 2.0 - 2f64.powi(-23)), 1.0);
-        assert_eq!(round_tf32(1.0 + ulp / 2.0), 1.0 + ulp);
-        assert_eq!(round_tf32(-(1.0 + ulp / 2.0)), -(1.0 + ulp));
+        assert_eq!(round_tf32(1.0 + ulp / 2.0 + 2f64.powi(-23)), 1.0 + ulp);
+        assert_eq!(round_tf32(1.0 + ulp / 2.0), 1.0);
+        assert_eq!(round_tf32(-(1.0 + ulp / 2.0)), -1.0);
+        assert_eq!(round_tf32(1.0 + 1.5 * ulp), 1.0 + 2.0 * ulp);
+        assert_eq!(round_tf32(-(1.0 + 1.5 * ulp)), -(1.0 + 2.0 * ulp));
         // A carry into the exponent, and values that pass unchanged.
         assert_eq!(round_tf32(2.0 - ulp / 4.0), 2.0);
         assert_eq!(round_tf32(0.0), 0.0);

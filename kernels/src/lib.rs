@@ -15,6 +15,7 @@
 //! This crate holds `#[cube]` code only; launch geometry lives beside the backend impl.
 
 pub mod bias_gradient;
+pub mod bias_relu;
 pub mod input_gradient;
 pub mod linear_relu_forward;
 pub mod mean_loss;

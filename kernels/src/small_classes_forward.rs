@@ -97,13 +97,8 @@ pub fn small_classes_forward<F: Float, N: Size, L: Int>(
             let mut c0 = 0;
             while c0 < classes {
                 let mine = c0 + lane;
-                let mut zc = F::new(0.0);
-                let mut hc = F::new(0.0);
-                #[unroll]
-                for c in 0..classes {
-                    zc = select(c == mine, zs[c], zc);
-                    hc = select(c == mine, hs[c], hc);
-                }
+                let zc = pick::<F>(&zs, mine, classes);
+                let hc = pick::<F>(&hs, mine, classes);
                 if row < batch && mine < classes {
                     let p = F::exp(hc - m) * inv_d;
                     let onehot = select(mine == target, F::new(1.0), F::new(0.0));
@@ -136,6 +131,19 @@ pub fn small_classes_forward<F: Float, N: Size, L: Int>(
             loss[CUBE_POS] = total;
         }
     }
+}
+
+/// `values[mine]` of a register array of C values, gathered by selects (no branch per class,
+/// so the lanes of a plane that each pick their own class store side by side); 0 where `mine`
+/// is past C. Shared by the small-C forward and logits kernels.
+#[cube]
+pub fn pick<F: Float>(values: &Array<F>, mine: usize, #[comptime] classes: usize) -> F {
+    let mut got = F::new(0.0);
+    #[unroll]
+    for c in 0..classes {
+        got = select(c == mine, values[c], got);
+    }
+    got
 }
 
 /// Lane partials of the `rows * C` dot products of rows `first ..` with the C rows of W, into

@@ -12,7 +12,7 @@
 
 use cubecl::{cube, prelude::*};
 
-use crate::small_classes_forward::lane_partials;
+use crate::small_classes_forward::{lane_partials, pick};
 
 #[cube(launch_unchecked)]
 pub fn small_classes_logits<F: Float, N: Size>(
@@ -49,11 +49,7 @@ pub fn small_classes_logits<F: Float, N: Size>(
             let mut c0 = 0;
             while c0 < classes {
                 let mine = c0 + lane;
-                let mut hc = F::new(0.0);
-                #[unroll]
-                for c in 0..classes {
-                    hc = select(c == mine, hs[c], hc);
-                }
+                let hc = pick::<F>(&hs, mine, classes);
                 if row < batch && mine < classes {
                     h[row * classes + mine] = hc;
                 }

@@ -4,7 +4,7 @@
 //! [`tf32_gemm_tile`].
 //!
 //! What it computes: every operand element is rounded to TF32 (10-bit mantissa, round to
-//! nearest, ties away from zero, as CUDA's `__float_to_tf32`) when it is staged in shared memory;
+//! nearest, ties to even, by [`round_tf32`]) when it is staged in shared memory;
 //! the tensor cores multiply the rounded values exactly and accumulate in f32. So the result is
 //! the f32 product of the rounded operands, up to the order of the f32 sums.
 //!
@@ -70,6 +70,18 @@ fn stage_index(v: usize, #[comptime] k_contiguous: bool) -> usize {
     }
 }
 
+/// `v` (f32) rounded to TF32: the 13 low mantissa bits dropped, to nearest with ties to even,
+/// as the tensor cores see operands on Burn's TMA matmul path (CUDA's `__float_to_tf32` rounds
+/// ties away instead; PERF_NOTES.md, change 9). A finite value that rounds past the largest
+/// finite f32 becomes an infinity; NaN and the infinities pass unchanged.
+#[cube]
+pub fn round_tf32<F: Float>(v: F) -> F {
+    let bits = u32::reinterpret(v);
+    let rounded = (bits + 0xfffu32 + ((bits >> 13u32) & 1u32)) & 0xffff_e000u32;
+    let finite = (bits & 0x7f80_0000u32) != 0x7f80_0000u32;
+    F::reinterpret(select(finite, rounded, bits))
+}
+
 /// Elements `[col, col + 4)` of row `row` of a stored matrix with row stride `stride`, rounded
 /// to TF32; zero where `row >= rows` or a column is `>= col_end`. `col` is a multiple of 4 and
 /// `col_end` of N, so a vector of N is either wholly in range or wholly out. `parts` = 4 / N
@@ -93,7 +105,7 @@ fn read_vector<F: Float, N: Size>(
                 let got = src[(row * stride + c) / N::value()];
                 #[unroll]
                 for e in 0..N::value() {
-                    out[p * N::value() + e] = F::cast_from(<tf32 as Cast>::cast_from(got[e]));
+                    out[p * N::value() + e] = round_tf32::<F>(got[e]);
                 }
             }
         }
