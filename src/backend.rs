@@ -56,8 +56,8 @@ pub struct HeadGradients<B: Backend> {
 ///
 /// `Exact` (the default) is f32 with FMA throughout and passes the seed's gates against the f64
 /// reference. `Tf32` allows TF32 tensor cores: each operand of the three products
-/// (`X W^T`, `dZ^T X`, `dZ W`) is rounded to TF32 (10-bit mantissa, round to nearest, ties away
-/// from zero), multiplied exactly and summed in f32. It is a permission, as PyTorch's
+/// (`X W^T`, `dZ^T X`, `dZ W`) is rounded to TF32 (10-bit mantissa, round to nearest, ties to
+/// even), multiplied exactly and summed in f32. It is a permission, as PyTorch's
 /// `allow_tf32`: where the device has no TF32 tensor cores
 /// ([`FusedHeadBackend::head_tf32_available`] is false), and on the small-C path (memory-bound,
 /// where tensor cores gain nothing), the op runs exact f32.

@@ -633,7 +633,8 @@ fn tile_grid(op: &str, m: usize, n: usize, slices: usize) -> CubeCount {
 }
 
 /// Stage 1 with a tiled product: `(Z, H)`, `[B, C]` each; exact f32, or on TF32 tensor cores
-/// with `tf32` (the caller checked [`tf32_available`]).
+/// with `tf32` (the caller checked [`tf32_available`]): there, Burn's own TMA matmul where it
+/// accepts the problem ([`tma_tf32_matmul`], then `bias_relu`), else our TF32 kernel.
 fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -737,7 +738,8 @@ fn split_k(m: usize, n: usize, k: usize, depth: usize) -> (usize, usize) {
 
 /// `A B` with a tiled product, `[M, N]`, exact f32 or on TF32 tensor cores with `tf32` (the
 /// caller checked [`tf32_available`]); see `kernels::tiled_matmul` for the two layouts. An
-/// output with few tiles splits K into slices added in order by `partial_sum`.
+/// output with few tiles splits K into slices added in order by `partial_sum`. With `tf32` and
+/// no split, Burn's own TMA matmul where it accepts the problem ([`tma_tf32_matmul`]).
 fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     a: &CubeTensor<R>,
     b: &CubeTensor<R>,
@@ -827,8 +829,9 @@ fn tma_rows(row_lengths: &[usize]) -> bool {
 /// `A B` on TF32 tensor cores for `a` [M, K] and `b` [K, N] (views of any layout) by Burn's
 /// own matmul library (cubek 0.2) with one fixed strategy, never autotuned: `SimpleTmaMma`
 /// with multi-row stages (TMA loads, PTX `mma`), the fastest of the strategies measured at
-/// (8192, 4096, 32000) (PERF_NOTES.md, change 9). Its operands reach the tensor cores rounded
-/// to TF32 as in our own TF32 kernels (the parity tests check it against the same reference).
+/// (8192, 4096, 32000) (PERF_NOTES.md, changes 9 and 10). Its operands reach the tensor cores
+/// rounded to TF32 to nearest, ties to even, as in our own TF32 kernels (probed on the H200;
+/// the parity tests check both against the same reference).
 /// `None` when cubek refuses the problem (it validates before launching anything: TMA needs
 /// sm_90 and aligned rows); the caller then runs its own kernel.
 fn tma_tf32_matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> Option<CubeTensor<R>> {

@@ -232,7 +232,7 @@ fn tf32_rounded<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
     Tensor::from_data(TensorData::new(rounded, shape), (&device, dtype))
 }
 
-/// The upstream gradient of the loss as a [1] tensor on `like`'s device and dtype.
+/// The upstream gradient of the loss as a `[1]` tensor on `like`'s device and dtype.
 fn upstream_gradient<B: Backend>(grad_loss: f64, like: &Tensor<B, 2>) -> Tensor<B, 1> {
     Tensor::from_data(
         TensorData::new(vec![grad_loss], [1]),
