@@ -116,6 +116,17 @@ fn tf32_reference_stages(data: &HeadData, grad: f64) -> burn_fused_head::gates::
     run_stages_tf32(x, w, b, labels, grad)
 }
 
+/// `name` as computed with `HeadPrecision::Tf32` must be outside the exact gates of the exact
+/// run somewhere: the TF32 tensor cores did run.
+fn assert_tensor_cores_ran(context: &str, name: &str, tf32: &[f64], exact: &[f64]) {
+    let report = burn_fused_head::gates::gate(name, tf32, exact);
+    assert!(
+        !report.passed(),
+        "{context}: {name} within the exact gates of exact mode everywhere ({report}); \
+         the TF32 products did not run"
+    );
+}
+
 /// `HeadPrecision::Tf32` on the fast path. Where the backend has TF32 tensor cores: the seed's
 /// gates against the TF32 reference, and Z outside the exact gates somewhere (the tensor cores
 /// did run). Elsewhere: the same bits as `HeadPrecision::Exact`.
@@ -133,12 +144,7 @@ fn tf32_fast_path<B: FusedHeadBackend>(device: &B::Device) {
         let context = format!("TF32 fast path B={b} I={i} C={c} g={grad}");
         if tensor_cores {
             assert_gates(&context, &tf32.gates(&tf32_reference_stages(&data, grad)));
-            let exact_z = burn_fused_head::gates::gate("Z", &tf32.z, &exact.z);
-            assert!(
-                !exact_z.passed(),
-                "{context}: Z within the exact gates of exact mode everywhere ({exact_z}); \
-                 the TF32 products did not run"
-            );
+            assert_tensor_cores_ran(&context, "Z", &tf32.z, &exact.z);
         } else {
             assert_eq!(
                 tf32, exact,
@@ -184,8 +190,9 @@ fn tf32_autodiff<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
 
 /// `linear_relu_logits` (and `_with`) on the inner backend, which runs the op's forward kernels
 /// (the small-C logits kernel up to C = 32, the tiled product above): H against the reference's
-/// H under the seed's gate, for the fast path's shapes; with `HeadPrecision::Tf32`, against the TF32 reference where the backend has TF32
-/// tensor cores (and outside the exact gates somewhere), else the exact logits' bits.
+/// H under the seed's gate, for the fast path's shapes; with `HeadPrecision::Tf32`, against the
+/// TF32 reference where the backend has TF32 tensor cores (and outside the exact gates
+/// somewhere), else the exact logits' bits.
 fn logits_fast_path<B: FusedHeadBackend>(device: &B::Device) {
     let h_gate = |context: &str, got: Vec<f64>, want: &[f64]| {
         assert_gates(context, &[burn_fused_head::gates::gate("H", &got, want)]);
@@ -208,12 +215,7 @@ fn logits_fast_path<B: FusedHeadBackend>(device: &B::Device) {
         let context = format!("TF32 logits B={b} I={i} C={c}");
         if B::head_tf32_available(device) {
             h_gate(&context, tf32.clone(), &tf32_reference_stages(&data, 1.0).h);
-            let exact_h = burn_fused_head::gates::gate("H", &tf32, &exact);
-            assert!(
-                !exact_h.passed(),
-                "{context}: H within the exact gates of exact mode everywhere ({exact_h}); \
-                 the TF32 product did not run"
-            );
+            assert_tensor_cores_ran(&context, "H", &tf32, &exact);
         } else {
             assert_eq!(
                 tf32, exact,
