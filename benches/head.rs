@@ -16,7 +16,8 @@
 //! where C > 32 (its floor counts the GEMMs at the TF32 tensor-core rate).
 //!
 //! Quick looks while tuning (never a source for BENCHMARKS.md): `--ours-only` (our CUDA
-//! contenders, no memory column) and `--shape B,I,C` (repeatable: those shapes only).
+//! contenders, no memory column), `--tf32-only` (our TF32 contenders, no memory column) and
+//! `--shape B,I,C` (repeatable: those shapes only).
 //! `--logits`: the head's output alone (`linear_relu_logits`, exact and TF32) against stage 1's
 //! kernel and stock Burn, on the raw `CubeBackend`, instead of the training step.
 
@@ -431,14 +432,16 @@ fn main() {
         // `--ours-only`: a quick look at our two contenders while tuning (no stock, no memory);
         // never the source of BENCHMARKS.md.
         let ours_only = args.iter().any(|a| a == "--ours-only");
+        let tf32_only = args.iter().any(|a| a == "--tf32-only");
         let rows: Vec<Row> = (0..CUDA_CONTENDERS.len())
             .filter(|&which| !ours_only || CUDA_CONTENDERS[which].starts_with("ours"))
+            .filter(|&which| !tf32_only || CUDA_CONTENDERS[which].contains("TF32"))
             .filter(|&which| shape.2 > 32 || !CUDA_CONTENDERS[which].contains("TF32"))
             .map(|which| {
                 let Measured::Row(mut row) = cuda_contender(which, &data, false) else {
                     unreachable!("a timing run returns its row")
                 };
-                if !ours_only {
+                if !ours_only && !tf32_only {
                     row.memory = memory_in_fresh_process(which, shape);
                 }
                 row

@@ -17,7 +17,7 @@ use kernels::softmax_cross_entropy::softmax_cross_entropy as sce;
 use crate::backend::{
     FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
 };
-use crate::validate;
+use crate::{tma, validate};
 
 /// Units per cube. Element-wise kernels: 256 is a multiple of every plane size and well under
 /// every runtime's limit. Row and column reductions: the tree in shared memory needs a power
@@ -634,7 +634,7 @@ fn tile_grid(op: &str, m: usize, n: usize, slices: usize) -> CubeCount {
 
 /// Stage 1 with a tiled product: `(Z, H)`, `[B, C]` each; exact f32, or on TF32 tensor cores
 /// with `tf32` (the caller checked [`tf32_available`]): there, Burn's own TMA matmul where it
-/// accepts the problem ([`tma_tf32_matmul`], then `bias_relu`), else our TF32 kernel.
+/// accepts the problem ([`tma::tf32_matmul`], then `bias_relu`), else our TF32 kernel.
 fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -652,7 +652,7 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     // and ReLU in place.
     if tf32 && batch * classes * inputs > 0 && tma_rows(&[inputs]) {
         let w_t = burn_cubecl::ops::permute(weight.clone(), &[1, 0]); // [I, C] view
-        if let Some(z) = tma_tf32_matmul(x.clone(), w_t) {
+        if let Some(z) = tma::tf32_matmul(x.clone(), w_t, tma::Product::Logits) {
             let h = empty::<R>(&z, [batch, classes]); // [B, C]
             if let Some((count, dim)) = elementwise(&z, batch * classes) {
                 // SAFETY: the kernel guards every access by Z's length; Z, H, b are contiguous.
@@ -739,7 +739,7 @@ fn split_k(m: usize, n: usize, k: usize, depth: usize) -> (usize, usize) {
 /// `A B` with a tiled product, `[M, N]`, exact f32 or on TF32 tensor cores with `tf32` (the
 /// caller checked [`tf32_available`]); see `kernels::tiled_matmul` for the two layouts. An
 /// output with few tiles splits K into slices added in order by `partial_sum`. With `tf32` and
-/// no split, Burn's own TMA matmul where it accepts the problem ([`tma_tf32_matmul`]).
+/// no split, Burn's own TMA matmul where it accepts the problem ([`tma::tf32_matmul`]).
 fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     a: &CubeTensor<R>,
     b: &CubeTensor<R>,
@@ -747,6 +747,7 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     a_k_contiguous: bool,
     b_k_contiguous: bool,
     tf32: bool,
+    product: tma::Product,
 ) -> CubeTensor<R> {
     let k = a.shape()[if a_k_contiguous { 1 } else { 0 }];
     let depth = if tf32 {
@@ -768,7 +769,7 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
         } else {
             b.clone()
         };
-        if let Some(out) = tma_tf32_matmul(a_mk, b_kn) {
+        if let Some(out) = tma::tf32_matmul(a_mk, b_kn, product) {
             return out;
         }
     }
@@ -826,43 +827,6 @@ fn tma_rows(row_lengths: &[usize]) -> bool {
     row_lengths.iter().all(|len| len % 4 == 0)
 }
 
-/// `A B` on TF32 tensor cores for `a` [M, K] and `b` [K, N] (views of any layout) by Burn's
-/// own matmul library (cubek 0.2) with one fixed strategy, never autotuned: `SimpleTmaMma`
-/// with multi-row stages (TMA loads, PTX `mma`), the fastest of the strategies measured at
-/// (8192, 4096, 32000) (PERF_NOTES.md, changes 9 and 10). Its operands reach the tensor cores
-/// rounded to TF32 to nearest, ties to even, as in our own TF32 kernels (probed on the H200;
-/// the parity tests check both against the same reference).
-/// `None` when cubek refuses the problem (it validates before launching anything: TMA needs
-/// sm_90 and aligned rows); the caller then runs its own kernel.
-fn tma_tf32_matmul<R: CubeRuntime>(a: CubeTensor<R>, b: CubeTensor<R>) -> Option<CubeTensor<R>> {
-    use cubek::matmul::components::tile::TileMatmulKind;
-    use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
-    use cubek::matmul::launch::Strategy;
-    use cubek::matmul::routines::{BlueprintStrategy, simple::SimpleArgs};
-    use cubek::std::InputBinding;
-    let strategy = Strategy::SimpleTmaMma(BlueprintStrategy::Inferred(SimpleArgs {
-        tile_matmul: TileMatmulKind::Mma,
-        multi_rows: true,
-    }));
-    let out = empty::<R>(&a, [a.shape()[0], b.shape()[1]]); // [M, N]
-    let dtype: cubecl::ir::StorageType = a.dtype.into();
-    let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
-        lhs: dtype,
-        rhs: dtype,
-        out: dtype,
-    });
-    cubek::matmul::launch::launch_ref(
-        &strategy,
-        &out.client,
-        InputBinding::new(a.binding(), dtype),
-        InputBinding::new(b.binding(), dtype),
-        out.clone().binding(),
-        &mut dtypes,
-    )
-    .ok()
-    .map(|()| out)
-}
-
 /// Whether a large-C product runs on TF32 tensor cores: allowed by `precision` and available
 /// on the device of `like`.
 fn use_tf32<R: CubeRuntime>(precision: HeadPrecision, like: &CubeTensor<R>) -> bool {
@@ -907,16 +871,32 @@ fn tiled_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
     let inputs = x.shape()[1];
     HeadGradients {
         // dW [C, I] = dZ^T X: A = dZ^T read from dZ stored [B, C]; B = X stored [B, I].
-        weight: wanted
-            .weight
-            .then(|| tiled_matmul::<R, F>(&dz, &x, [classes, inputs], false, false, tf32)),
+        weight: wanted.weight.then(|| {
+            tiled_matmul::<R, F>(
+                &dz,
+                &x,
+                [classes, inputs],
+                false,
+                false,
+                tf32,
+                tma::Product::WeightGradient,
+            )
+        }),
         bias: wanted
             .bias
             .then(|| B::<R, F, I, BT>::head_bias_gradient(dz.clone())),
         // dX [B, I] = dZ W: A = dZ stored [B, C]; B = W stored [C, I].
-        x: wanted
-            .x
-            .then(|| tiled_matmul::<R, F>(&dz, &weight, [batch, inputs], true, false, tf32)),
+        x: wanted.x.then(|| {
+            tiled_matmul::<R, F>(
+                &dz,
+                &weight,
+                [batch, inputs],
+                true,
+                false,
+                tf32,
+                tma::Product::InputGradient,
+            )
+        }),
     }
 }
 
@@ -968,7 +948,10 @@ fn check<R: CubeRuntime, F: FloatElement>(op: &str, tensors: &[&CubeTensor<R>]) 
 }
 
 /// A new contiguous float tensor of `shape` on `like`'s device.
-fn empty<R: CubeRuntime>(like: &CubeTensor<R>, shape: impl Into<Shape>) -> CubeTensor<R> {
+pub(crate) fn empty<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    shape: impl Into<Shape>,
+) -> CubeTensor<R> {
     let shape = shape.into();
     validate::element_counts("allocate", &LIMITS, &[("an output", shape.num_elements())]);
     empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), shape, like.dtype)

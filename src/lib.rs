@@ -51,6 +51,8 @@ pub mod gates;
 mod module;
 mod ops;
 pub mod reference;
+#[cfg(feature = "cube")]
+mod tma;
 mod validate;
 
 pub use backend::{
