@@ -19,7 +19,8 @@
 //! contenders, no memory column), `--tf32-only` (our TF32 contenders, no memory column) and
 //! `--shape B,I,C` (repeatable: those shapes only).
 //! `--logits`: the head's output alone (`linear_relu_logits`, exact and TF32) against stage 1's
-//! kernel and stock Burn, on the raw `CubeBackend`, instead of the training step.
+//! kernel and stock Burn, on the raw `CubeBackend`, instead of the training step (with
+//! `--ours-only`: our two contenders alone, a quick look).
 
 use std::time::{Duration, Instant};
 
@@ -330,7 +331,7 @@ fn memory_in_fresh_process(which: usize, (b, i, c): (usize, usize, usize)) -> Op
 /// one process, side by side per shape: stage 1's kernel (what `linear_relu_logits` ran before
 /// change 8), `linear_relu_logits` exact and TF32, and stock Burn (`relu(x W^T + b)`).
 #[cfg(feature = "cuda")]
-fn logits_rows(shapes: &[(usize, usize, usize)]) {
+fn logits_rows(shapes: &[(usize, usize, usize)], ours_only: bool) {
     use burn::tensor::TensorPrimitive;
     use burn::tensor::backend::Backend;
     use burn_cubecl::CubeBackend;
@@ -366,6 +367,9 @@ fn logits_rows(shapes: &[(usize, usize, usize)]) {
         let (x, w, bias, _) = data.tensors::<B>(&device, DType::F32);
         let mut stock_ms = None;
         for (name, f) in contenders {
+            if ours_only && !name.starts_with("ours") {
+                continue;
+            }
             let call = || {
                 let t = Instant::now();
                 let h = f(x.clone(), w.clone(), bias.clone());
@@ -376,13 +380,14 @@ fn logits_rows(shapes: &[(usize, usize, usize)]) {
             };
             let first = call();
             let s = stats(repeat(Duration::from_millis(BUDGET_MS), 200, call));
-            let stock = *stock_ms.get_or_insert(s.median);
+            if name == "stock" {
+                stock_ms = Some(s.median);
+            }
+            let vs_stock =
+                stock_ms.map_or("-".to_string(), |stock| format!("{:.2}x", stock / s.median));
             println!(
-                "| {b}, {i}, {c} | {name} | {first:.1} | {:.3} | {:.3}/{:.3} | {:.2}x |",
-                s.median,
-                s.p20,
-                s.p80,
-                stock / s.median
+                "| {b}, {i}, {c} | {name} | {first:.1} | {:.3} | {:.3}/{:.3} | {vs_stock} |",
+                s.median, s.p20, s.p80
             );
         }
     }
@@ -422,7 +427,7 @@ fn main() {
         shapes = picked;
     }
     if args.iter().any(|a| a == "--logits") {
-        logits_rows(&shapes);
+        logits_rows(&shapes, args.iter().any(|a| a == "--ours-only"));
         return;
     }
     print_header("CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32");

@@ -97,7 +97,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
         if classes > SMALL_CLASSES {
             let tf32 = use_tf32(precision, &x);
-            tiled_linear_relu_forward::<R, F>(x, weight, bias, tf32).1
+            tiled_logits::<R, F>(x, weight, bias, tf32)
         } else {
             small_classes_logits::<R, F>(x, weight, bias)
         }
@@ -632,9 +632,59 @@ fn tile_grid(op: &str, m: usize, n: usize, slices: usize) -> CubeCount {
     CubeCount::new_3d(x as u32, y as u32, slices as u32)
 }
 
+/// `P = X W^T` `[B, C]` by Burn's own TF32 matmul ([`tma::tf32_matmul`]) for contiguous X and
+/// W, where TMA can read their rows and cubek accepts the problem; `None` elsewhere (the caller
+/// then runs its own kernel). Bias and ReLU are the caller's.
+fn tma_logits_product<R: CubeRuntime>(
+    x: &CubeTensor<R>,
+    weight: &CubeTensor<R>,
+) -> Option<CubeTensor<R>> {
+    let [batch, inputs] = [x.shape()[0], x.shape()[1]];
+    let classes = weight.shape()[0];
+    if batch * classes * inputs == 0 || !tma::rows_readable(&[inputs]) {
+        return None;
+    }
+    let w_t = burn_cubecl::ops::permute(weight.clone(), &[1, 0]); // [I, C] view
+    tma::tf32_matmul(x.clone(), w_t, tma::Product::Logits)
+}
+
+/// The logits alone with a tiled product: H `[B, C]`. With `tf32` (the caller checked
+/// [`tf32_available`]) and where [`tma_logits_product`] runs, bias and ReLU in place of the
+/// product (`bias_relu_in_place`): no Z is ever allocated. Elsewhere, stage 1's tiled kernels,
+/// whose Z is dropped.
+fn tiled_logits<R: CubeRuntime, F: FloatElement>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: CubeTensor<R>,
+    tf32: bool,
+) -> CubeTensor<R> {
+    let (x, weight, bias) = (
+        into_contiguous(x),
+        into_contiguous(weight),
+        into_contiguous(bias),
+    );
+    if let Some(h) = tf32.then(|| tma_logits_product(&x, &weight)).flatten() {
+        if let Some((count, dim)) = elementwise(&h, h.shape().num_elements()) {
+            // SAFETY: the kernel guards every access by the product's length; it and b are
+            // contiguous.
+            unsafe {
+                kernels::bias_relu::bias_relu_in_place::launch_unchecked::<F, R>(
+                    &h.client,
+                    count,
+                    dim,
+                    h.clone().into_tensor_arg(),
+                    bias.into_tensor_arg(),
+                );
+            }
+        }
+        return h;
+    }
+    tiled_linear_relu_forward::<R, F>(x, weight, bias, tf32).1
+}
+
 /// Stage 1 with a tiled product: `(Z, H)`, `[B, C]` each; exact f32, or on TF32 tensor cores
 /// with `tf32` (the caller checked [`tf32_available`]): there, Burn's own TMA matmul where it
-/// accepts the problem ([`tma::tf32_matmul`], then `bias_relu`), else our TF32 kernel.
+/// accepts the problem ([`tma_logits_product`], then `bias_relu`), else our TF32 kernel.
 fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -648,27 +698,23 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     );
     let [batch, inputs] = [x.shape()[0], x.shape()[1]];
     let classes = weight.shape()[0];
-    // TF32 with rows of X and W TMA can read: Z = X W^T by Burn's own TF32 matmul, then bias
-    // and ReLU in place.
-    if tf32 && batch * classes * inputs > 0 && tma_rows(&[inputs]) {
-        let w_t = burn_cubecl::ops::permute(weight.clone(), &[1, 0]); // [I, C] view
-        if let Some(z) = tma::tf32_matmul(x.clone(), w_t, tma::Product::Logits) {
-            let h = empty::<R>(&z, [batch, classes]); // [B, C]
-            if let Some((count, dim)) = elementwise(&z, batch * classes) {
-                // SAFETY: the kernel guards every access by Z's length; Z, H, b are contiguous.
-                unsafe {
-                    kernels::bias_relu::bias_relu::launch_unchecked::<F, R>(
-                        &z.client,
-                        count,
-                        dim,
-                        z.clone().into_tensor_arg(),
-                        bias.into_tensor_arg(),
-                        h.clone().into_tensor_arg(),
-                    );
-                }
+    // TF32 where Burn's own TF32 matmul runs: Z = X W^T, then bias and ReLU (Z in place, H).
+    if let Some(z) = tf32.then(|| tma_logits_product(&x, &weight)).flatten() {
+        let h = empty::<R>(&z, [batch, classes]); // [B, C]
+        if let Some((count, dim)) = elementwise(&z, batch * classes) {
+            // SAFETY: the kernel guards every access by Z's length; Z, H, b are contiguous.
+            unsafe {
+                kernels::bias_relu::bias_relu::launch_unchecked::<F, R>(
+                    &z.client,
+                    count,
+                    dim,
+                    z.clone().into_tensor_arg(),
+                    bias.into_tensor_arg(),
+                    h.clone().into_tensor_arg(),
+                );
             }
-            return (z, h);
         }
+        return (z, h);
     }
     let z = empty::<R>(&x, [batch, classes]); // [B, C]
     let h = empty::<R>(&x, [batch, classes]); // [B, C]
@@ -758,7 +804,7 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     let (slices, k_per_slice) = split_k(m, n, k, depth);
     // TF32 with enough tiles not to split K, on rows TMA can read: Burn's own TF32 matmul on
     // [M, K] and [K, N] views of the stored operands (transposes in place).
-    if tf32 && slices == 1 && m * n * k > 0 && tma_rows(&[a.shape()[1], b.shape()[1]]) {
+    if tf32 && slices == 1 && m * n * k > 0 && tma::rows_readable(&[a.shape()[1], b.shape()[1]]) {
         let a_mk = if a_k_contiguous {
             a.clone()
         } else {
@@ -818,13 +864,6 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     }
     // One slice is the product itself (reshaped, no launch).
     partial_sum::<R, F>(out, [m, n])
-}
-
-/// Whether TMA can read operands whose stored rows have these lengths (f32): TMA needs every
-/// stride but the unit one to be a multiple of 16 bytes. Our allocations and views start on
-/// aligned addresses (burn-cubecl copies a slice that would not).
-fn tma_rows(row_lengths: &[usize]) -> bool {
-    row_lengths.iter().all(|len| len % 4 == 0)
 }
 
 /// Whether a large-C product runs on TF32 tensor cores: allowed by `precision` and available

@@ -192,7 +192,8 @@ fn tf32_autodiff<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
 /// (the small-C logits kernel up to C = 32, the tiled product above): H against the reference's
 /// H under the seed's gate, for the fast path's shapes; with `HeadPrecision::Tf32`, against the
 /// TF32 reference where the backend has TF32 tensor cores (and outside the exact gates
-/// somewhere), else the exact logits' bits.
+/// somewhere), else the exact logits' bits; and equal, bit for bit, to ReLU of the training
+/// forward's Z in the same precision.
 fn logits_fast_path<B: FusedHeadBackend>(device: &B::Device) {
     let h_gate = |context: &str, got: Vec<f64>, want: &[f64]| {
         assert_gates(context, &[burn_fused_head::gates::gate("H", &got, want)]);
@@ -213,6 +214,22 @@ fn logits_fast_path<B: FusedHeadBackend>(device: &B::Device) {
         let tf32 = logits(&data, HeadPrecision::Tf32);
         let exact = logits(&data, HeadPrecision::Exact);
         let context = format!("TF32 logits B={b} I={i} C={c}");
+        // The training forward's Z in the same precision: ReLU of it is the logits, bit for bit
+        // (the logits' bias and ReLU run in place of the product, the training's keep Z).
+        let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+        let fwd = B::head_forward(
+            x.into_primitive().tensor(),
+            w.into_primitive().tensor(),
+            bias.into_primitive().tensor(),
+            labels.into_primitive(),
+            HeadPrecision::Tf32,
+        );
+        let z = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(fwd.z));
+        let relu_z = burn_fused_head::gates::values(burn::tensor::activation::relu(z));
+        assert_eq!(
+            tf32, relu_z,
+            "{context}: logits against ReLU(Z) of the forward"
+        );
         if B::head_tf32_available(device) {
             h_gate(&context, tf32.clone(), &tf32_reference_stages(&data, 1.0).h);
             assert_tensor_cores_ran(&context, "H", &tf32, &exact);
