@@ -430,14 +430,14 @@ fn main() {
         logits_rows(&shapes, args.iter().any(|a| a == "--ours-only"));
         return;
     }
+    // `--ours-only`, `--tf32-only`: quick looks at our contenders while tuning (no stock, no
+    // memory); never the source of BENCHMARKS.md.
+    let ours_only = args.iter().any(|a| a == "--ours-only");
+    let tf32_only = args.iter().any(|a| a == "--tf32-only");
     print_header("CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32");
     for shape in shapes {
         let data = HeadData::random(1, shape.0, shape.1, shape.2);
         eprintln!("shape {shape:?}");
-        // `--ours-only`: a quick look at our two contenders while tuning (no stock, no memory);
-        // never the source of BENCHMARKS.md.
-        let ours_only = args.iter().any(|a| a == "--ours-only");
-        let tf32_only = args.iter().any(|a| a == "--tf32-only");
         let rows: Vec<Row> = (0..CUDA_CONTENDERS.len())
             .filter(|&which| !ours_only || CUDA_CONTENDERS[which].starts_with("ours"))
             .filter(|&which| !tf32_only || CUDA_CONTENDERS[which].contains("TF32"))

@@ -650,8 +650,8 @@ fn tma_logits_product<R: CubeRuntime>(
 
 /// The logits alone with a tiled product: H `[B, C]`. With `tf32` (the caller checked
 /// [`tf32_available`]) and where [`tma_logits_product`] runs, bias and ReLU in place of the
-/// product (`bias_relu_in_place`): no Z is ever allocated. Elsewhere, stage 1's tiled kernels,
-/// whose Z is dropped.
+/// product (`bias_relu_in_place`): no Z is ever allocated. Elsewhere, stage 1's tiled kernels
+/// ([`tiled_forward_kernels`]), whose Z is dropped.
 fn tiled_logits<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -679,12 +679,13 @@ fn tiled_logits<R: CubeRuntime, F: FloatElement>(
         }
         return h;
     }
-    tiled_linear_relu_forward::<R, F>(x, weight, bias, tf32).1
+    tiled_forward_kernels::<R, F>(x, weight, bias, tf32).1
 }
 
 /// Stage 1 with a tiled product: `(Z, H)`, `[B, C]` each; exact f32, or on TF32 tensor cores
 /// with `tf32` (the caller checked [`tf32_available`]): there, Burn's own TMA matmul where it
-/// accepts the problem ([`tma_logits_product`], then `bias_relu`), else our TF32 kernel.
+/// accepts the problem ([`tma_logits_product`], then `bias_relu`), else our own kernels
+/// ([`tiled_forward_kernels`]).
 fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -696,8 +697,7 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
         into_contiguous(weight),
         into_contiguous(bias),
     );
-    let [batch, inputs] = [x.shape()[0], x.shape()[1]];
-    let classes = weight.shape()[0];
+    let [batch, classes] = [x.shape()[0], weight.shape()[0]];
     // TF32 where Burn's own TF32 matmul runs: Z = X W^T, then bias and ReLU (Z in place, H).
     if let Some(z) = tf32.then(|| tma_logits_product(&x, &weight)).flatten() {
         let h = empty::<R>(&z, [batch, classes]); // [B, C]
@@ -716,6 +716,19 @@ fn tiled_linear_relu_forward<R: CubeRuntime, F: FloatElement>(
         }
         return (z, h);
     }
+    tiled_forward_kernels::<R, F>(x, weight, bias, tf32)
+}
+
+/// Stage 1 on our own tiled kernels: `(Z, H)`, `[B, C]` each, for contiguous X, W and b; exact
+/// f32, or on TF32 tensor cores (`cmma`) with `tf32`.
+fn tiled_forward_kernels<R: CubeRuntime, F: FloatElement>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: CubeTensor<R>,
+    tf32: bool,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let [batch, inputs] = [x.shape()[0], x.shape()[1]];
+    let classes = weight.shape()[0];
     let z = empty::<R>(&x, [batch, classes]); // [B, C]
     let h = empty::<R>(&x, [batch, classes]); // [B, C]
     if batch * classes == 0 {
