@@ -63,15 +63,30 @@ pub(crate) fn rows_readable(row_lengths: &[usize]) -> bool {
     row_lengths.iter().all(|len| len % 4 == 0)
 }
 
+/// Whether the device of `client` has the tensor memory accelerator that cubek's TMA kernel
+/// loads through (CubeCL sets it on CUDA devices of compute capability 9.0 and above). Checked
+/// before anything is built or allocated, so a device without TMA (an A100, wgpu) costs no
+/// refused launch per call.
+fn has_tma<R: CubeRuntime>(client: &cubecl::client::ComputeClient<R>) -> bool {
+    client
+        .properties()
+        .features
+        .tma
+        .contains(cubecl::features::Tma::Base)
+}
+
 /// `A B` on TF32 tensor cores for `a` [M, K] and `b` [K, N] (views of any layout), the head's
-/// `product`. `None` when cubek refuses the problem (it validates before launching anything:
-/// TMA needs sm_90 and rows whose byte lengths are multiples of 16); the caller then runs its
-/// own kernel.
+/// `product`. `None` on a device without TMA, or when cubek refuses the problem (it validates
+/// before launching anything, for example rows whose byte lengths are not multiples of 16); the
+/// caller then runs its own kernel.
 pub(crate) fn tf32_matmul<R: CubeRuntime>(
     a: CubeTensor<R>,
     b: CubeTensor<R>,
     product: Product,
 ) -> Option<CubeTensor<R>> {
+    if !has_tma(&a.client) {
+        return None;
+    }
     let [m, n] = [a.meta.shape()[0], b.meta.shape()[1]];
     let out = crate::cube::empty::<R>(&a, [m, n]); // [M, N]
     let dtype: cubecl::ir::StorageType = a.dtype.into();
