@@ -95,12 +95,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         check::<R, F>(op, &[&x, &weight, &bias]);
         let (_batch, _inputs, classes) =
             validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
-        if classes > SMALL_CLASSES {
+        let h = if classes > SMALL_CLASSES {
             let tf32 = use_tf32(precision, &x);
             tiled_logits::<R, F>(x, weight, bias, tf32)
         } else {
             small_classes_logits::<R, F>(x, weight, bias)
-        }
+        };
+        start_queued(&h);
+        h
     }
 
     fn head_softmax_cross_entropy(
@@ -271,6 +273,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         } else {
             small_classes_forward::<R, F>(op, x, weight, bias, labels)
         };
+        start_queued(&loss);
         HeadForward { loss, z, dh }
     }
 
@@ -305,7 +308,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         );
         if classes > SMALL_CLASSES {
             let tf32 = use_tf32(precision, &x);
-            return tiled_backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, tf32);
+            let device = x.clone();
+            let grads = tiled_backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, tf32);
+            start_queued(&device);
+            return grads;
         }
         let (x, weight, z, dh, grad_loss) = (
             into_contiguous(x),
@@ -352,13 +358,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                 );
             }
         }
-        HeadGradients {
+        let grads = HeadGradients {
             x: wanted.x.then_some(dx),
             weight: wanted
                 .weight
                 .then(|| partial_sum::<R, F>(dw_part, [classes, inputs])),
             bias: wanted.bias.then(|| partial_sum::<R, F>(db_part, [classes])),
-        }
+        };
+        start_queued(&x);
+        grads
     }
 
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -997,6 +1005,17 @@ fn check<R: CubeRuntime, F: FloatElement>(op: &str, tensors: &[&CubeTensor<R>]) 
         .map(|t| ("an input", t.shape().num_elements()))
         .collect();
     validate::element_counts(op, &LIMITS, &counts);
+}
+
+/// Hands the launches queued so far on `like`'s device to its server thread now. CubeCL 0.10
+/// sends launches to one server thread per device, which takes them in batches of 32 or at a
+/// flush (a sync is one): without this, a step of a few launches would wait for the caller's
+/// sync before any kernel started, and the GPU would sit idle while the host builds the rest
+/// of the step. Does not wait for anything. Measured on the H200 (PERF_NOTES.md, change 14):
+/// the synced step without fusion -29% at (64, 128, 10) and at (65536, 1024, 10).
+fn start_queued<R: CubeRuntime>(like: &CubeTensor<R>) {
+    use cubecl::device::Device;
+    cubecl::device_handle::DeviceHandle::<R::Server>::new(like.device.to_id()).flush_queue();
 }
 
 /// A new contiguous float tensor of `shape` on `like`'s device.

@@ -183,11 +183,14 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
     ) -> FloatTensor<Self> {
         let (batch, _, classes) =
             crate::validate::linear_shapes("head_logits", &x.shape, &weight.shape, &bias.shape);
-        one(register::<B>(
+        let client = x.client.clone();
+        let h = one(register::<B>(
             Stage::Logits(precision),
             vec![x, weight, bias],
             &[Shape::new([batch, classes])],
-        ))
+        ));
+        start_queued(&client);
+        h
     }
 
     fn head_softmax_cross_entropy(
@@ -259,6 +262,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             Shape::new([batch, classes]),
             Shape::new([batch, classes]),
         ];
+        let client = x.client.clone();
         let [loss, z, dh]: [_; 3] = register::<B>(
             Stage::Forward(precision),
             vec![x, weight, bias, labels],
@@ -266,6 +270,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         )
         .try_into()
         .expect("three outputs");
+        start_queued(&client);
         HeadForward { loss, z, dh }
     }
 
@@ -289,6 +294,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         .into_iter()
         .filter_map(|(want, shape)| want.then_some(shape))
         .collect();
+        let client = x.client.clone();
         let mut outputs = if shapes.is_empty() {
             Vec::new()
         } else {
@@ -299,6 +305,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             )
         }
         .into_iter();
+        start_queued(&client);
         let mut next = |want: bool| want.then(|| outputs.next().expect("a wanted output"));
         HeadGradients {
             x: next(wanted.x),
@@ -314,6 +321,14 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             &[Shape::new([1])],
         ))
     }
+}
+
+/// Hands the operations queued so far on the fusion client to its server thread now, as
+/// `cube::start_queued` does for the launches: the fusion server gets the fused op at once
+/// rather than with the next batch of 32 or at the caller's sync (when its stream runs the op
+/// is the stream's own decision). Does not wait.
+fn start_queued<R: FusionRuntime>(client: &burn_fusion::client::GlobalFusionClient<R>) {
+    client.flush_queue();
 }
 
 /// The single output of a one-output stage.
