@@ -139,7 +139,11 @@ fn device_times() {
         .skip(1)
         .map(|a| a.parse().unwrap())
         .collect();
-    let (batch, inputs, classes, steps) = (args[0], args[1], args[2], args[3].max(1));
+    let (batch, inputs, classes) = match args[..] {
+        [b, i, c, ..] => (b, i, c),
+        _ => (64, 128, 10),
+    };
+    let steps = args.get(3).copied().unwrap_or(1).max(1);
     let device = Default::default();
     let client = CudaRuntime::client(&device);
     let data = HeadData::random(1, batch, inputs, classes);
@@ -178,7 +182,7 @@ fn device_times() {
     fwd.sort_by(f64::total_cmp);
     bwd.sort_by(f64::total_cmp);
     println!(
-        "device time medians (ms): forward {:.4}, backward {:.4}",
+        "CubeCL profile medians (ms): forward {:.4}, backward {:.4}",
         fwd[steps / 2],
         bwd[steps / 2]
     );

@@ -1012,7 +1012,8 @@ fn check<R: CubeRuntime, F: FloatElement>(op: &str, tensors: &[&CubeTensor<R>]) 
 /// flush (a sync is one): without this, a step of a few launches would wait for the caller's
 /// sync before any kernel started, and the GPU would sit idle while the host builds the rest
 /// of the step. Does not wait for anything. Measured on the H200 (PERF_NOTES.md, change 14):
-/// the synced step without fusion -29% at (64, 128, 10) and at (65536, 1024, 10).
+/// the synced step at (64, 128, 10) -29% without fusion, -27% with; at (65536, 1024, 10) a
+/// gain seen in one lease did not reproduce in the next.
 fn start_queued<R: CubeRuntime>(like: &CubeTensor<R>) {
     use cubecl::device::Device;
     cubecl::device_handle::DeviceHandle::<R::Server>::new(like.device.to_id()).flush_queue();
