@@ -308,9 +308,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         );
         if classes > SMALL_CLASSES {
             let tf32 = use_tf32(precision, &x);
-            let device = x.clone();
+            let like = x.clone(); // for its device, once x has moved
             let grads = tiled_backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, tf32);
-            start_queued(&device);
+            start_queued(&like);
             return grads;
         }
         let (x, weight, z, dh, grad_loss) = (
