@@ -451,6 +451,24 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
         let none = empty::<R>(&x, [0]);
         return (mean_of_parts::<R, F>(none, 0), z, dh);
     }
+    if !old_small_forward() {
+        let tiles = RowTiles::new(batch, x.shape()[1], classes);
+        // The loss sums per cube [cubes], or with one cube the mean itself [1].
+        let loss = empty::<R>(&x, [tiles.cubes]);
+        let launch = match label_type(op, labels.dtype) {
+            LabelType::I32 => launch_row_tiles_forward::<R, F, i32>,
+            LabelType::I64 => launch_row_tiles_forward::<R, F, i64>,
+            LabelType::U32 => launch_row_tiles_forward::<R, F, u32>,
+            LabelType::U64 => launch_row_tiles_forward::<R, F, u64>,
+        };
+        launch([&x, &weight, &bias, &labels], [&z, &dh, &loss], &tiles);
+        let loss = if tiles.mean {
+            loss
+        } else {
+            mean_of_parts::<R, F>(loss, batch)
+        };
+        return (loss, z, dh);
+    }
     let geometry = SmallForward::new(batch, x.shape()[1], classes);
     // The loss sums per cube [cubes], or with one cube the mean itself [1].
     let loss = empty::<R>(&x, [geometry.cubes]);
@@ -486,6 +504,28 @@ fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
     if batch == 0 {
         return h;
     }
+    if !old_small_forward() {
+        let tiles = RowTiles::new(batch, inputs, classes);
+        // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
+        // tensors are contiguous with the shapes it reads them by, and the vector width
+        // divides I.
+        unsafe {
+            kernels::row_tiles::row_tiles_logits::launch_unchecked::<F, R>(
+                &x.client,
+                CubeCount::new_1d(tiles.cubes as u32),
+                CubeDim::new_1d(tiles.rows as u32),
+                tiles.vector,
+                x.clone().into_tensor_arg(),
+                weight.into_tensor_arg(),
+                bias.into_tensor_arg(),
+                h.clone().into_tensor_arg(),
+                classes,
+                tiles.rows,
+                ROW_TILE_DEPTH,
+            );
+        }
+        return h;
+    }
     let geometry = SmallForward::new(batch, inputs, classes);
     let cubes = SmallForward::plane_cubes(batch, geometry.rows);
     // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
@@ -506,6 +546,75 @@ fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
         );
     }
     h
+}
+
+/// EXPERIMENT (branch `wip/row-tiles-small-c`, not to land as is): `FUSED_HEAD_EXPERIMENT_OLD_FORWARD`
+/// set runs the plane-per-rows small-C forward and logits instead of the row tiles, to measure
+/// the two in one build.
+fn old_small_forward() -> bool {
+    std::env::var_os("FUSED_HEAD_EXPERIMENT_OLD_FORWARD").is_some()
+}
+
+/// Vectors of each row per shared-memory tile of the row-tiled small-C kernels (8 vectors of 4:
+/// 32 floats, 128 bytes per row and load group).
+const ROW_TILE_DEPTH: usize = 8;
+
+/// Launch geometry of the row-tiled small-C forward and logits, a rule of (B, I, C) only: one
+/// unit per row, 128 rows per cube from B = 16384 on (enough cubes for every SM of a large GPU
+/// either way), else 64; one cube that writes the mean itself when it holds every row. The
+/// rows per cube change only the order of the loss sum, never Z, H or dH.
+struct RowTiles {
+    classes: usize,
+    rows: usize,
+    vector: usize,
+    cubes: usize,
+    mean: bool,
+}
+
+impl RowTiles {
+    fn new(batch: usize, inputs: usize, classes: usize) -> Self {
+        let rows = if batch >= 16384 { 128 } else { 64 };
+        let cubes = batch.div_ceil(rows).max(1);
+        Self {
+            classes,
+            rows,
+            vector: vector_size(inputs, 4),
+            cubes,
+            mean: cubes == 1,
+        }
+    }
+}
+
+/// The row-tiled small-C forward for labels of type `L`: inputs X, W, b, labels; outputs Z,
+/// dH, loss.
+fn launch_row_tiles_forward<R: CubeRuntime, F: FloatElement, L: IntElement>(
+    [x, weight, bias, labels]: [&CubeTensor<R>; 4],
+    [z, dh, loss]: [&CubeTensor<R>; 3],
+    tiles: &RowTiles,
+) {
+    // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
+    // tensors are contiguous with the shapes it reads them by, the vector width divides I, and
+    // `loss` has one element per cube.
+    unsafe {
+        kernels::row_tiles::row_tiles_forward::launch_unchecked::<F, L, R>(
+            &x.client,
+            CubeCount::new_1d(tiles.cubes as u32),
+            CubeDim::new_1d(tiles.rows as u32),
+            tiles.vector,
+            x.clone().into_tensor_arg(),
+            weight.clone().into_tensor_arg(),
+            bias.clone().into_tensor_arg(),
+            labels.clone().into_tensor_arg(),
+            z.clone().into_tensor_arg(),
+            dh.clone().into_tensor_arg(),
+            loss.clone().into_tensor_arg(),
+            f32::NAN,
+            tiles.classes,
+            tiles.rows,
+            ROW_TILE_DEPTH,
+            tiles.mean,
+        );
+    }
 }
 
 /// Launch geometry of the small-C forward, a rule of (B, I, C) only.

@@ -21,6 +21,7 @@ pub mod linear_relu_forward;
 pub mod mean_loss;
 pub mod partial_sum;
 pub mod relu_backward;
+pub mod row_tiles;
 pub mod small_classes_backward;
 pub mod small_classes_forward;
 pub mod small_classes_logits;
