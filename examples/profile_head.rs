@@ -9,6 +9,10 @@
 //!
 //! With `FUSED_HEAD_PROFILE_PHASES=1` it then times `steps` more steps phase by phase (host
 //! calls and GPU waits apart) and prints the medians.
+//!
+//! With `FUSED_HEAD_PROFILE_KEEP_AWAKE=1` (CUDA only, a probe, not a recommendation) a helper
+//! thread hands CubeCL's task queue to its server thread every ~10 us, so that thread never
+//! reaches its 150 us sleeps: the synced step without the server's wake-up latency.
 
 use std::time::Instant;
 
@@ -115,6 +119,9 @@ fn main() {
     use burn_cubecl::CubeBackend;
     use cubecl::cuda::CudaRuntime;
     // FUSED_HEAD_PROFILE_FUSION=1: the default `Cuda` type (fusion on) instead.
+    if std::env::var_os("FUSED_HEAD_PROFILE_KEEP_AWAKE").is_some() {
+        keep_server_awake();
+    }
     if std::env::var_os("FUSED_HEAD_PROFILE_FUSION").is_some() {
         run::<Autodiff<Cuda>>(&Default::default());
     } else {
@@ -123,6 +130,31 @@ fn main() {
             device_times();
         }
     }
+}
+
+/// A probe of the synced step's wake-up cost: CubeCL 0.10's server thread (one per device) runs
+/// queued launches in batches or at a flush, and once idle it spins, yields, then sleeps in
+/// steps of 150 us, so the first launch after a sync may wait for the end of a sleep. This
+/// detached thread flushes the (usually empty) queue every ~10 us for the life of the process:
+/// each flush gives the server 32 no-op tasks, which resets its idle count.
+#[cfg(feature = "cuda")]
+fn keep_server_awake() {
+    use cubecl::device::Device;
+    use cubecl::device_handle::DeviceHandle;
+    use cubecl::{Runtime, cuda::CudaRuntime};
+    let device: <CudaRuntime as Runtime>::Device = Default::default();
+    CudaRuntime::client(&device); // the server thread exists before the helper's first flush
+    let handle = DeviceHandle::<<CudaRuntime as Runtime>::Server>::new(device.to_id());
+    std::thread::spawn(move || {
+        loop {
+            handle.flush_queue();
+            let t = Instant::now();
+            while t.elapsed().as_micros() < 10 {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    println!("keep-awake: the server's queue is flushed every ~10 us");
 }
 
 /// The forward's and the backward's time as CubeCL's `profile` measures them (it prints its

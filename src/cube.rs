@@ -750,17 +750,12 @@ fn tile_grid(op: &str, m: usize, n: usize, slices: usize) -> CubeCount {
 }
 
 /// `P = X W^T` `[B, C]` by Burn's own TF32 matmul ([`tma::tf32_matmul`]) for contiguous X and
-/// W, where TMA can read their rows and cubek accepts the problem; `None` elsewhere (the caller
-/// then runs its own kernel). Bias and ReLU are the caller's.
+/// W, where it takes them; `None` elsewhere (the caller then runs its own kernel). Bias and ReLU
+/// are the caller's.
 fn tma_logits_product<R: CubeRuntime>(
     x: &CubeTensor<R>,
     weight: &CubeTensor<R>,
 ) -> Option<CubeTensor<R>> {
-    let [batch, inputs] = [x.shape()[0], x.shape()[1]];
-    let classes = weight.shape()[0];
-    if batch * classes * inputs == 0 || !tma::rows_readable(&[inputs]) {
-        return None;
-    }
     let w_t = burn_cubecl::ops::permute(weight.clone(), &[1, 0]); // [I, C] view
     tma::tf32_matmul(x.clone(), w_t, tma::Product::Logits)
 }
@@ -932,9 +927,9 @@ fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
         kernels::tiled_matmul::DEPTH
     };
     let (slices, k_per_slice) = split_k(m, n, k, depth);
-    // TF32 with enough tiles not to split K, on rows TMA can read: Burn's own TF32 matmul on
-    // [M, K] and [K, N] views of the stored operands (transposes in place).
-    if tf32 && slices == 1 && m * n * k > 0 && tma::rows_readable(&[a.shape()[1], b.shape()[1]]) {
+    // TF32 with enough tiles not to split K: Burn's own TF32 matmul on [M, K] and [K, N] views
+    // of the stored operands (transposes in place), where it takes them.
+    if tf32 && slices == 1 {
         let a_mk = if a_k_contiguous {
             a.clone()
         } else {

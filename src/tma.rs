@@ -56,11 +56,17 @@ fn tiling(product: Product) -> Tiling {
     }
 }
 
-/// Whether TMA can read operands whose stored rows have these lengths (f32): TMA needs every
-/// stride but the unit one to be a multiple of 16 bytes. Our allocations and views start on
-/// aligned addresses (burn-cubecl copies a slice that would not).
-pub(crate) fn rows_readable(row_lengths: &[usize]) -> bool {
-    row_lengths.iter().all(|len| len % 4 == 0)
+/// Whether TMA can read the 2-D view `t`: one dimension of unit stride, and the other's stride
+/// (its stored row length) a multiple of 16 bytes. Our allocations and views start on aligned
+/// addresses (burn-cubecl copies a slice that would not).
+fn readable<R: CubeRuntime>(t: &CubeTensor<R>) -> bool {
+    let strides = t.meta.strides();
+    let (unit, row) = if strides[1] == 1 {
+        (strides[1], strides[0])
+    } else {
+        (strides[0], strides[1])
+    };
+    unit == 1 && (row * t.dtype.size()).is_multiple_of(16)
 }
 
 /// Whether the device of `client` has the tensor memory accelerator that cubek's TMA kernel
@@ -76,18 +82,18 @@ fn has_tma<R: CubeRuntime>(client: &cubecl::client::ComputeClient<R>) -> bool {
 }
 
 /// `A B` on TF32 tensor cores for `a` [M, K] and `b` [K, N] (views of any layout), the head's
-/// `product`. `None` on a device without TMA, or when cubek refuses the problem (it validates
-/// before launching anything, for example rows whose byte lengths are not multiples of 16); the
-/// caller then runs its own kernel.
+/// `product`. `None`, with nothing built or allocated, for an empty product, on a device without
+/// TMA, or for a view TMA cannot read ([`readable`]); `None` too where cubek refuses the problem
+/// (it validates before launching anything). The caller then runs its own kernel.
 pub(crate) fn tf32_matmul<R: CubeRuntime>(
     a: CubeTensor<R>,
     b: CubeTensor<R>,
     product: Product,
 ) -> Option<CubeTensor<R>> {
-    if !has_tma(&a.client) {
+    let [m, k, n] = [a.meta.shape()[0], a.meta.shape()[1], b.meta.shape()[1]];
+    if m * n * k == 0 || !has_tma(&a.client) || !readable(&a) || !readable(&b) {
         return None;
     }
-    let [m, n] = [a.meta.shape()[0], b.meta.shape()[1]];
     let out = crate::cube::empty::<R>(&a, [m, n]); // [M, N]
     let dtype: cubecl::ir::StorageType = a.dtype.into();
     let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
@@ -200,5 +206,85 @@ mod routine {
         ) -> Result<LaunchInfo<Self::Blueprint>, MatmulSetupError> {
             <Simple as Routine<()>>::prepare(problem, device_settings, expand_info)
         }
+    }
+}
+
+#[cfg(test)]
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod tests {
+    use super::*;
+    use burn::tensor::{Distribution, Tensor, TensorPrimitive};
+    use burn_cubecl::CubeBackend;
+
+    type B<R> = CubeBackend<R, f32, i32, u8>;
+
+    fn stored<R: CubeRuntime>(rows: usize, cols: usize, device: &R::Device) -> CubeTensor<R> {
+        Tensor::<B<R>, 2>::random([rows, cols], Distribution::Uniform(-1.0, 1.0), device)
+            .into_primitive()
+            .tensor()
+    }
+
+    fn values<R: CubeRuntime>(t: CubeTensor<R>) -> Vec<f32> {
+        Tensor::<B<R>, 2>::from_primitive(TensorPrimitive::Float(t))
+            .into_data()
+            .to_vec()
+            .unwrap()
+    }
+
+    fn transposed<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
+        burn_cubecl::ops::permute(t, &[1, 0])
+    }
+
+    /// `tf32_matmul` runs exactly where TMA can read its views on a device with TMA, matching the
+    /// f64 product within TF32's rounding of both operands (2^-11 each, so 2^-9 of the sum of
+    /// |a b| leaves a factor 2), and returns `None` elsewhere without running anything.
+    fn takes_what_tma_reads<R: CubeRuntime>(device: &R::Device) {
+        let (m, k, n) = (256, 64, 128);
+        let (a, w) = (stored::<R>(m, k, device), stored::<R>(n, k, device));
+        let tma = has_tma(&a.client);
+        let product = tf32_matmul(a.clone(), transposed(w.clone()), Product::Logits);
+        assert_eq!(product.is_some(), tma, "TMA device: {tma}");
+        if let Some(product) = product {
+            let (a, w, got) = (values(a), values(w), values(product));
+            for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
+                let terms = (0..k).map(|l| a[i * k + l] as f64 * w[j * k + l] as f64);
+                let (exact, size) = terms.fold((0.0, 0.0), |(s, t), p| (s + p, t + p.abs()));
+                let error = (got[i * n + j] as f64 - exact).abs();
+                assert!(
+                    error <= size / 512.0,
+                    "({i}, {j}): {} vs {exact}",
+                    got[i * n + j]
+                );
+            }
+        }
+        // An empty product, rows of 63 floats (252 bytes), a transposed view of rows of 250.
+        let refused = [
+            (stored::<R>(m, 0, device), stored::<R>(0, n, device)),
+            (
+                stored::<R>(m, 63, device),
+                transposed(stored::<R>(n, 63, device)),
+            ),
+            (
+                transposed(stored::<R>(k, 250, device)),
+                stored::<R>(k, n, device),
+            ),
+        ];
+        for (a, b) in refused {
+            let shapes = (a.meta.shape().clone(), b.meta.shape().clone());
+            let product = tf32_matmul(a, b, Product::WeightGradient);
+            assert!(product.is_none(), "{shapes:?}");
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_takes_what_tma_reads() {
+        takes_what_tma_reads::<cubecl::cuda::CudaRuntime>(&Default::default());
+    }
+
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn wgpu_takes_nothing_without_tma() {
+        takes_what_tma_reads::<cubecl::wgpu::WgpuRuntime>(&Default::default());
     }
 }
