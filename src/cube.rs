@@ -522,6 +522,7 @@ fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
                 classes,
                 tiles.rows,
                 ROW_TILE_DEPTH,
+                tiles.prefetch,
             );
         }
         return h;
@@ -566,6 +567,7 @@ const ROW_TILE_DEPTH: usize = 8;
 struct RowTiles {
     classes: usize,
     rows: usize,
+    prefetch: bool,
     vector: usize,
     cubes: usize,
     mean: bool,
@@ -573,11 +575,17 @@ struct RowTiles {
 
 impl RowTiles {
     fn new(batch: usize, inputs: usize, classes: usize) -> Self {
-        let rows = if batch >= 16384 { 128 } else { 64 };
+        // EXPERIMENT switches (branch only): rows per cube, prefetch of the next X tile.
+        let rows = std::env::var("FUSED_HEAD_EXPERIMENT_ROWS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(if batch >= 16384 { 128 } else { 64 });
+        let prefetch = std::env::var_os("FUSED_HEAD_EXPERIMENT_PREFETCH").is_some();
         let cubes = batch.div_ceil(rows).max(1);
         Self {
             classes,
             rows,
+            prefetch,
             vector: vector_size(inputs, 4),
             cubes,
             mean: cubes == 1,
@@ -612,6 +620,7 @@ fn launch_row_tiles_forward<R: CubeRuntime, F: FloatElement, L: IntElement>(
             tiles.classes,
             tiles.rows,
             ROW_TILE_DEPTH,
+            tiles.prefetch,
             tiles.mean,
         );
     }

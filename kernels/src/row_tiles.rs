@@ -24,14 +24,13 @@ use cubecl::{cube, prelude::*};
 /// Most classes the register arrays are sized for (the host's small-C bound).
 pub const MAX_CLASSES: usize = 32;
 
-/// The C logits `X[row] W^T` (without bias) of this unit's row into `acc`. Every unit of the
-/// cube must call it (it has barriers).
+/// This unit's `depth` vectors of the X tile at column vector `k0` into `tile` (unit u takes
+/// vectors u, u + rows, ... of the cube's tile; zeros past B or I).
 #[cube]
-fn row_dots<F: Float, N: Size>(
+fn load_x_tile<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
-    w: &Tensor<Vector<F, N>>,
-    acc: &mut Array<F>,
-    #[comptime] classes: usize,
+    tile: &mut Array<Vector<F, N>>,
+    k0: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
 ) {
@@ -40,28 +39,57 @@ fn row_dots<F: Float, N: Size>(
     let unit = UNIT_POS as usize;
     let first = CUBE_POS * rows;
     let zero = Vector::<F, N>::empty().fill(F::new(0.0));
+    #[unroll]
+    for t in 0..depth {
+        let j = unit + t * rows;
+        let row = first + j / depth;
+        let k = j % depth;
+        let mut v = zero;
+        if row < batch && k0 + k < vectors {
+            v = x[row * vectors + k0 + k];
+        }
+        tile[t] = v;
+    }
+}
+
+/// The C logits `X[row] W^T` (without bias) of this unit's row into `acc`. Every unit of the
+/// cube must call it (it has barriers). With `prefetch`, the next X tile's loads are issued
+/// before the current tile's sums (registers hold it meanwhile).
+#[cube]
+fn row_dots<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    acc: &mut Array<F>,
+    #[comptime] classes: usize,
+    #[comptime] rows: usize,
+    #[comptime] depth: usize,
+    #[comptime] prefetch: bool,
+) {
+    let vectors = x.shape(1) / N::value();
+    let unit = UNIT_POS as usize;
+    let zero = Vector::<F, N>::empty().fill(F::new(0.0));
     let stride = depth + 1;
     let mut smem_x = SharedMemory::<Vector<F, N>>::new(rows * (depth + 1));
     let mut smem_w = SharedMemory::<Vector<F, N>>::new(classes * depth);
+    let mut tile = Array::<Vector<F, N>>::new(depth);
     #[unroll]
     for c in 0..classes {
         acc[c] = F::new(0.0);
     }
+    if prefetch {
+        load_x_tile::<F, N>(x, &mut tile, 0, rows, depth);
+    }
     let mut k0 = 0;
     // Uniform over the cube: every unit meets every barrier.
     while k0 < vectors {
-        // 1. The X tile: `depth` loads per unit, unit u taking vectors u, u + rows, ...
+        // 1. The X tile.
+        if !prefetch {
+            load_x_tile::<F, N>(x, &mut tile, k0, rows, depth);
+        }
         #[unroll]
         for t in 0..depth {
             let j = unit + t * rows;
-            let r = j / depth;
-            let k = j % depth;
-            let row = first + r;
-            let mut v = zero;
-            if row < batch && k0 + k < vectors {
-                v = x[row * vectors + k0 + k];
-            }
-            smem_x[r * stride + k] = v;
+            smem_x[(j / depth) * stride + j % depth] = tile[t];
         }
         // 2. The W tile.
         let mut e = unit;
@@ -76,6 +104,9 @@ fn row_dots<F: Float, N: Size>(
             e += rows;
         }
         sync_cube();
+        if prefetch && k0 + depth < vectors {
+            load_x_tile::<F, N>(x, &mut tile, k0 + depth, rows, depth);
+        }
         // 3. This unit's row: the tile's columns in order.
         #[unroll]
         for k in 0..depth {
@@ -112,6 +143,7 @@ pub fn row_tiles_forward<F: Float, N: Size, L: Int>(
     #[comptime] classes: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
+    #[comptime] prefetch: bool,
     #[comptime] mean: bool,
 ) {
     let batch = x.shape(0);
@@ -120,7 +152,7 @@ pub fn row_tiles_forward<F: Float, N: Size, L: Int>(
     let nan = F::cast_from(nan);
     let inv_batch = F::new(1.0) / F::cast_from(batch);
     let mut acc = Array::<F>::new(classes);
-    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth);
+    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth, prefetch);
 
     let mut row_loss = F::new(0.0);
     if row < batch {
@@ -182,11 +214,12 @@ pub fn row_tiles_logits<F: Float, N: Size>(
     #[comptime] classes: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
+    #[comptime] prefetch: bool,
 ) {
     let batch = x.shape(0);
     let row = CUBE_POS * rows + UNIT_POS as usize;
     let mut acc = Array::<F>::new(classes);
-    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth);
+    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth, prefetch);
     if row < batch {
         #[unroll]
         for c in 0..classes {
