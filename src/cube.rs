@@ -429,7 +429,8 @@ fn label_type(op: &str, dtype: DType) -> LabelType {
     }
 }
 
-/// The small-C forward (C <= SMALL_CLASSES): `(loss [1], Z [B, C], dH [B, C])`.
+/// The small-C forward (C <= SMALL_CLASSES): `(loss [1], Z [B, C], dH [B, C])`, as row tiles
+/// from [`ROW_TILES_FROM`] rows on, else one plane per group of rows.
 fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
     op: &str,
     x: CubeTensor<R>,
@@ -451,10 +452,8 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
         let none = empty::<R>(&x, [0]);
         return (mean_of_parts::<R, F>(none, 0), z, dh);
     }
-    if !old_small_forward() {
-        let tiles = RowTiles::new(batch, x.shape()[1], classes);
-        // The loss sums per cube [cubes], or with one cube the mean itself [1].
-        let loss = empty::<R>(&x, [tiles.cubes]);
+    if let Some(tiles) = RowTiles::new(batch, x.shape()[1], classes) {
+        let loss = empty::<R>(&x, [tiles.cubes]); // the loss sums per cube
         let launch = match label_type(op, labels.dtype) {
             LabelType::I32 => launch_row_tiles_forward::<R, F, i32>,
             LabelType::I64 => launch_row_tiles_forward::<R, F, i64>,
@@ -462,12 +461,7 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
             LabelType::U64 => launch_row_tiles_forward::<R, F, u64>,
         };
         launch([&x, &weight, &bias, &labels], [&z, &dh, &loss], &tiles);
-        let loss = if tiles.mean {
-            loss
-        } else {
-            mean_of_parts::<R, F>(loss, batch)
-        };
-        return (loss, z, dh);
+        return (mean_of_parts::<R, F>(loss, batch), z, dh);
     }
     let geometry = SmallForward::new(batch, x.shape()[1], classes);
     // The loss sums per cube [cubes], or with one cube the mean itself [1].
@@ -487,8 +481,9 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
     (loss, z, dh)
 }
 
-/// The small-C logits (C <= SMALL_CLASSES): `H [B, C]`, in the small-C forward's geometry
-/// (rows per plane, vector width, steps) with 256-unit cubes, one plane per group of rows.
+/// The small-C logits (C <= SMALL_CLASSES): `H [B, C]`, in the small-C forward's kernel family
+/// and geometry: row tiles from
+/// [`ROW_TILES_FROM`] rows on, else one plane per group of rows with 256-unit cubes.
 fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -504,8 +499,7 @@ fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
     if batch == 0 {
         return h;
     }
-    if !old_small_forward() {
-        let tiles = RowTiles::new(batch, inputs, classes);
+    if let Some(tiles) = RowTiles::new(batch, inputs, classes) {
         // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
         // tensors are contiguous with the shapes it reads them by, and the vector width
         // divides I.
@@ -522,7 +516,6 @@ fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
                 classes,
                 tiles.rows,
                 ROW_TILE_DEPTH,
-                tiles.prefetch,
             );
         }
         return h;
@@ -549,47 +542,41 @@ fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
     h
 }
 
-/// EXPERIMENT (branch `wip/row-tiles-small-c`, not to land as is): `FUSED_HEAD_EXPERIMENT_OLD_FORWARD`
-/// set runs the plane-per-rows small-C forward and logits instead of the row tiles, to measure
-/// the two in one build.
-fn old_small_forward() -> bool {
-    std::env::var_os("FUSED_HEAD_EXPERIMENT_OLD_FORWARD").is_some()
-}
-
 /// Vectors of each row per shared-memory tile of the row-tiled small-C kernels (8 vectors of 4:
 /// 32 floats, 128 bytes per row and load group).
 const ROW_TILE_DEPTH: usize = 8;
 
+/// From this batch size on, the small-C forward and logits run as row tiles
+/// (`kernels::row_tiles`); below it, one plane per group of rows (`small_classes_forward`).
+/// Measured on the H200 at I = 1024 (PERF_NOTES.md, change 15), the training step back to
+/// back: 0.95x the plane kernels' at (16384, C = 10), 0.85x at (65536, 10), 0.84x and 0.81x at
+/// C = 32, but 1.08x at (8192, 10), where one unit per row leaves 2 warps per SM.
+const ROW_TILES_FROM: usize = 16384;
+
 /// Launch geometry of the row-tiled small-C forward and logits, a rule of (B, I, C) only: one
-/// unit per row, 128 rows per cube from B = 16384 on (enough cubes for every SM of a large GPU
-/// either way), else 64; one cube that writes the mean itself when it holds every row. The
-/// rows per cube change only the order of the loss sum, never Z, H or dH.
+/// unit per row, 128 rows per cube up to C = 16, 32 above (the fastest of 32, 64 and 128 rows
+/// in PERF_NOTES.md change 15: 128 at C = 10, 32 at C = 32). The rows per cube change only the
+/// order of the loss sum, never Z, H or dH.
 struct RowTiles {
     classes: usize,
     rows: usize,
-    prefetch: bool,
     vector: usize,
     cubes: usize,
-    mean: bool,
 }
 
 impl RowTiles {
-    fn new(batch: usize, inputs: usize, classes: usize) -> Self {
-        // EXPERIMENT switches (branch only): rows per cube, prefetch of the next X tile.
-        let rows = std::env::var("FUSED_HEAD_EXPERIMENT_ROWS")
-            .ok()
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(if batch >= 16384 { 128 } else { 64 });
-        let prefetch = std::env::var_os("FUSED_HEAD_EXPERIMENT_PREFETCH").is_some();
-        let cubes = batch.div_ceil(rows).max(1);
-        Self {
+    /// The geometry where the row tiles run: `None` below [`ROW_TILES_FROM`] rows, and for more
+    /// cubes than one launch dimension holds on every runtime (65535; the plane kernels stride
+    /// over any B).
+    fn new(batch: usize, inputs: usize, classes: usize) -> Option<Self> {
+        let rows = if classes <= 16 { 128 } else { 32 };
+        let cubes = batch.div_ceil(rows);
+        (batch >= ROW_TILES_FROM && cubes <= u16::MAX as usize).then(|| Self {
             classes,
             rows,
-            prefetch,
             vector: vector_size(inputs, 4),
             cubes,
-            mean: cubes == 1,
-        }
+        })
     }
 }
 
@@ -620,8 +607,6 @@ fn launch_row_tiles_forward<R: CubeRuntime, F: FloatElement, L: IntElement>(
             tiles.classes,
             tiles.rows,
             ROW_TILE_DEPTH,
-            tiles.prefetch,
-            tiles.mean,
         );
     }
 }

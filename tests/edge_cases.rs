@@ -177,6 +177,38 @@ fn all_rows_dead<B: FusedHeadBackend>(device: &B::Device) {
     assert!(got.dz.iter().all(|v| *v == 0.0));
 }
 
+/// From B = 16384 on, the small-C forward runs as row tiles (one unit per row; 128 rows per cube
+/// up to C = 16, 32 above): a bad label in the last, partial cube gives a NaN loss and NaN
+/// gradients there as elsewhere, and valid data gives the same bits twice. (On NdArray: the
+/// same checks on the stock path.)
+fn large_batch_bad_label_and_repeat<B: FusedHeadBackend>(device: &B::Device) {
+    for classes in [5, 20] {
+        let mut data = HeadData::random(71, 16400, 8, classes);
+        let grads = |data: &HeadData| {
+            let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
+            head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy)
+        };
+        let bits = |g: HeadGrads| -> Vec<u64> {
+            let values = std::iter::once(g.loss).chain(g.dx).chain(g.dw).chain(g.db);
+            values.map(f64::to_bits).collect()
+        };
+        let first = grads(&data);
+        assert!(first.loss.is_finite(), "C = {classes}: loss {}", first.loss);
+        assert_eq!(
+            bits(first),
+            bits(grads(&data)),
+            "C = {classes}: a repeat differs"
+        );
+        data.labels[16399] = -1;
+        let bad = grads(&data);
+        assert!(bad.loss.is_nan(), "C = {classes}: loss {}", bad.loss);
+        assert!(
+            bad.dw.iter().chain(&bad.db).any(|v| v.is_nan()),
+            "C = {classes}: no NaN in dW, db"
+        );
+    }
+}
+
 /// Bit-identical loss and gradients: repeated calls, two threads at once, and another process.
 fn fingerprint<B: FusedHeadBackend>(device: &B::Device) -> Vec<u64> {
     let data = HeadData::random(67, 129, 33, 17);
@@ -299,6 +331,10 @@ macro_rules! edge_suite {
             #[test]
             fn all_rows_dead() {
                 super::all_rows_dead::<B>(&$device);
+            }
+            #[test]
+            fn large_batch_bad_label_and_repeat() {
+                super::large_batch_bad_label_and_repeat::<B>(&$device);
             }
             #[test]
             fn deterministic_and_thread_safe() {

@@ -51,8 +51,10 @@ fn shape_sweep<B: FusedHeadBackend>(device: &B::Device) {
 /// vector widths), I past one column tile (256 vectors), B past the backward's row chunks (64,
 /// where the one-chunk partial sums are used as they are) and shared stages (32), B on both
 /// sides of the forward's one-cube launch (which writes the mean itself), tiles of 128 with
-/// ragged edges, 17 rows of tiles (B = 2100), and a
-/// weight gradient with too few tiles, whose K (= B) is split into slices.
+/// ragged edges, 17 rows of tiles (B = 2100), a
+/// weight gradient with too few tiles, whose K (= B) is split into slices, and B past the
+/// row-tiled small-C forward's threshold (16384; 128 rows per cube up to C = 16, 32 above;
+/// ragged last cubes, I of 9 vectors (two tiles of 8), 3 vectors and 9 scalars).
 const FAST_SHAPES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (3, 1030, 8),
@@ -68,6 +70,9 @@ const FAST_SHAPES: &[(usize, usize, usize)] = &[
     (300, 1100, 5),
     (60, 64, 12),
     (2100, 8, 40),
+    (16384, 36, 10),
+    (16450, 6, 20),
+    (16391, 9, 3),
 ];
 
 /// The fast path (head_forward + head_backward) against the f64 reference stages, and against

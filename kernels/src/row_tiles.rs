@@ -1,8 +1,9 @@
-//! Small-C forward and logits with one unit per row: X staged through shared memory in tiles
-//! of `rows` rows by `depth` vectors, so that each unit sums its row's C dot products alone, in
-//! registers, with no plane sums (the cost of `small_classes_forward`'s layout: C plane sums per
-//! row). WORK IN PROGRESS (branch `wip/row-tiles-small-c`): checked on wgpu only, not yet on
-//! the GPU; PERF_NOTES.md has the design and its napkin math.
+//! Small-C forward and logits with one unit per row, for large B: X staged through shared
+//! memory in tiles of `rows` rows by `depth` vectors, so that each unit sums its row's C dot
+//! products alone, in registers, with no plane sums (the cost of `small_classes_forward`'s
+//! layout: C plane sums per row). The next tile's loads are issued before the current tile's
+//! sums (registers hold them meanwhile). Measured against `small_classes_forward` on the H200
+//! in PERF_NOTES.md (change 15); the host runs these kernels from B = 16384 on.
 //!
 //! X [B, I], W [C, I], b [C]; all contiguous, X and W read as vectors of N elements (N divides
 //! I). A cube of `rows` units owns rows `CUBE_POS * rows ..`; for each tile of `depth` vectors
@@ -53,8 +54,8 @@ fn load_x_tile<F: Float, N: Size>(
 }
 
 /// The C logits `X[row] W^T` (without bias) of this unit's row into `acc`. Every unit of the
-/// cube must call it (it has barriers). With `prefetch`, the next X tile's loads are issued
-/// before the current tile's sums (registers hold it meanwhile).
+/// cube must call it (it has barriers). The next X tile's loads are issued before the current
+/// tile's sums (registers hold it meanwhile).
 #[cube]
 fn row_dots<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
@@ -63,7 +64,6 @@ fn row_dots<F: Float, N: Size>(
     #[comptime] classes: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
-    #[comptime] prefetch: bool,
 ) {
     let vectors = x.shape(1) / N::value();
     let unit = UNIT_POS as usize;
@@ -76,16 +76,11 @@ fn row_dots<F: Float, N: Size>(
     for c in 0..classes {
         acc[c] = F::new(0.0);
     }
-    if prefetch {
-        load_x_tile::<F, N>(x, &mut tile, 0, rows, depth);
-    }
+    load_x_tile::<F, N>(x, &mut tile, 0, rows, depth);
     let mut k0 = 0;
     // Uniform over the cube: every unit meets every barrier.
     while k0 < vectors {
-        // 1. The X tile.
-        if !prefetch {
-            load_x_tile::<F, N>(x, &mut tile, k0, rows, depth);
-        }
+        // 1. The X tile (loaded before the previous tile's sums).
         #[unroll]
         for t in 0..depth {
             let j = unit + t * rows;
@@ -104,7 +99,8 @@ fn row_dots<F: Float, N: Size>(
             e += rows;
         }
         sync_cube();
-        if prefetch && k0 + depth < vectors {
+        // The next X tile's loads, in flight during this tile's sums.
+        if k0 + depth < vectors {
             load_x_tile::<F, N>(x, &mut tile, k0 + depth, rows, depth);
         }
         // 3. This unit's row: the tile's columns in order.
@@ -126,10 +122,9 @@ fn row_dots<F: Float, N: Size>(
     }
 }
 
-/// Stages 1 and 2 for small C, one unit per row: writes Z [B, C], dH [B, C] and the loss (per
-/// cube, the sum of its rows' losses in row order, `loss` [cubes], which `mean_loss` adds; with
-/// `mean`, a launch of one cube, the batch mean itself, `loss` [1]). Stage 2's algebra term by
-/// term, on C values in registers. A label outside [0, C) makes its row's loss and dH NaN.
+/// Stages 1 and 2 for small C, one unit per row: writes Z [B, C], dH [B, C] and the loss per
+/// cube (the sum of its rows' losses in row order, `loss` [cubes], which `mean_loss` adds).
+/// Stage 2's algebra term by term, on C values in registers. A label outside [0, C) makes its row's loss and dH NaN.
 #[cube(launch_unchecked)]
 pub fn row_tiles_forward<F: Float, N: Size, L: Int>(
     x: &Tensor<Vector<F, N>>,
@@ -143,8 +138,6 @@ pub fn row_tiles_forward<F: Float, N: Size, L: Int>(
     #[comptime] classes: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
-    #[comptime] prefetch: bool,
-    #[comptime] mean: bool,
 ) {
     let batch = x.shape(0);
     let unit = UNIT_POS as usize;
@@ -152,7 +145,7 @@ pub fn row_tiles_forward<F: Float, N: Size, L: Int>(
     let nan = F::cast_from(nan);
     let inv_batch = F::new(1.0) / F::cast_from(batch);
     let mut acc = Array::<F>::new(classes);
-    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth, prefetch);
+    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth);
 
     let mut row_loss = F::new(0.0);
     if row < batch {
@@ -195,11 +188,7 @@ pub fn row_tiles_forward<F: Float, N: Size, L: Int>(
         for r in 0..rows {
             total += smem[r];
         }
-        if mean {
-            loss[0] = total / F::cast_from(batch);
-        } else {
-            loss[CUBE_POS] = total;
-        }
+        loss[CUBE_POS] = total;
     }
 }
 
@@ -214,12 +203,11 @@ pub fn row_tiles_logits<F: Float, N: Size>(
     #[comptime] classes: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
-    #[comptime] prefetch: bool,
 ) {
     let batch = x.shape(0);
     let row = CUBE_POS * rows + UNIT_POS as usize;
     let mut acc = Array::<F>::new(classes);
-    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth, prefetch);
+    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth);
     if row < batch {
         #[unroll]
         for c in 0..classes {
