@@ -39,10 +39,10 @@ struct Tiling {
 /// The blueprint of `product`: a stage of 128 x 128 outputs with K steps of 32 for all three,
 /// one plane per 32 x 128 strip for `Z = X W^T`, one per 64 x 64 quarter for the two gradients.
 /// Measured on the H200 against cubek's inferred blueprint (128 x 64 outputs, K steps of 16)
-/// and 16 other combinations at (8192, 4096, 32000) (after change 11's 10 single blueprints), then at (8192, 1024, C) for C = 100, 1000 and 8000
-/// (PERF_NOTES.md, change 12): the step from 70.8 to 54.6 ms at C = 32000 and from 6.04 to
-/// 4.79 ms at C = 8000, within noise at C = 100 and 1000. One rule for every shape: no
-/// autotune, no sweep at first use.
+/// and 16 other combinations at (8192, 4096, 32000) (after change 11's 10 single blueprints),
+/// then at (8192, 1024, C) for C = 100, 1000 and 8000 (PERF_NOTES.md, change 12): the step
+/// from 70.8 to 54.6 ms at C = 32000 and from 6.04 to 4.79 ms at C = 8000, within noise at
+/// C = 100 and 1000. One rule for every shape: no autotune, no sweep at first use.
 fn tiling(product: Product) -> Tiling {
     match product {
         Product::Logits => Tiling {

@@ -124,7 +124,8 @@ fn row_dots<F: Float, N: Size>(
 
 /// Stages 1 and 2 for small C, one unit per row: writes Z [B, C], dH [B, C] and the loss per
 /// cube (the sum of its rows' losses in row order, `loss` [cubes], which `mean_loss` adds).
-/// Stage 2's algebra term by term, on C values in registers. A label outside [0, C) makes its row's loss and dH NaN.
+/// Stage 2's algebra term by term, on C values in registers. A label outside [0, C) makes its
+/// row's loss and dH NaN.
 #[cube(launch_unchecked)]
 pub fn row_tiles_forward<F: Float, N: Size, L: Int>(
     x: &Tensor<Vector<F, N>>,
