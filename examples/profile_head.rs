@@ -12,7 +12,10 @@
 //!
 //! With `FUSED_HEAD_PROFILE_KEEP_AWAKE=1` (CUDA only, a probe, not a recommendation) a helper
 //! thread hands CubeCL's task queue to its server thread every ~10 us, so that thread never
-//! reaches its 150 us sleeps: the synced step without the server's wake-up latency.
+//! reaches its 150 us sleeps: the synced step without the server's wake-up latency. With
+//! `FUSED_HEAD_PROFILE_SERVER_WAIT=1` (CUDA only, a probe), each step instead ends with a task
+//! that makes the server thread itself wait for the GPU, so it is busy, not asleep, until the
+//! step's kernels are done.
 
 use std::time::Instant;
 
@@ -77,6 +80,7 @@ fn phases<B: AutodiffBackend + FusedHeadBackend>(
         let t = Instant::now();
         let grads = loss.backward();
         let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+        server_waits_for_gpu();
         parts[2].push(ms(t));
         let t = Instant::now();
         B::sync(device).unwrap();
@@ -86,6 +90,7 @@ fn phases<B: AutodiffBackend + FusedHeadBackend>(
         let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
         let grads = loss.backward();
         let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+        server_waits_for_gpu();
         B::sync(device).unwrap();
         parts[4].push(ms(t));
         drop(kept);
@@ -105,6 +110,7 @@ fn phases<B: AutodiffBackend + FusedHeadBackend>(
             let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
             let grads = loss.backward();
             kept.push((x.grad(&grads), w.grad(&grads), b.grad(&grads)));
+            server_waits_for_gpu();
         }
         B::sync(device).unwrap();
         per_step.push(ms(t) / 20.0);
@@ -156,6 +162,30 @@ fn keep_server_awake() {
     });
     println!("keep-awake: the server's queue is flushed every ~10 us");
 }
+
+/// With `FUSED_HEAD_PROFILE_SERVER_WAIT=1`: a task for CubeCL's server thread that blocks it
+/// until the GPU has run everything queued on the caller's stream, handed over at once (a
+/// probe of keeping the server busy through a step's kernels instead of asleep after them).
+#[cfg(feature = "cuda")]
+fn server_waits_for_gpu() {
+    use cubecl::device::Device;
+    use cubecl::device_handle::DeviceHandle;
+    use cubecl::server::ComputeServer;
+    use cubecl::stream_id::StreamId;
+    use cubecl::{Runtime, cuda::CudaRuntime};
+    if std::env::var_os("FUSED_HEAD_PROFILE_SERVER_WAIT").is_none() {
+        return;
+    }
+    let device: <CudaRuntime as Runtime>::Device = Default::default();
+    let handle = DeviceHandle::<<CudaRuntime as Runtime>::Server>::new(device.to_id());
+    handle.submit(|server| {
+        let _ = cubecl::future::block_on(server.sync(StreamId::current()));
+    });
+    handle.flush_queue();
+}
+
+#[cfg(not(feature = "cuda"))]
+fn server_waits_for_gpu() {}
 
 /// The forward's and the backward's time as CubeCL's `profile` measures them (it prints its
 /// timing method: on CUDA with CubeCL 0.10 it is `System`, the host's clock from a sync before

@@ -482,8 +482,8 @@ fn small_classes_forward<R: CubeRuntime, F: FloatElement>(
 }
 
 /// The small-C logits (C <= SMALL_CLASSES): `H [B, C]`, in the small-C forward's kernel family
-/// and geometry: row tiles from
-/// [`ROW_TILES_FROM`] rows on, else one plane per group of rows with 256-unit cubes.
+/// and geometry: row tiles from [`ROW_TILES_FROM`] rows on, else one plane per group of rows
+/// with 256-unit cubes.
 fn small_classes_logits<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,

@@ -57,8 +57,8 @@ fn tiling(product: Product) -> Tiling {
 }
 
 /// Whether TMA can read the 2-D view `t`: one dimension of unit stride, and the other's stride
-/// (its stored row length) a multiple of 16 bytes. Our allocations and views start on aligned
-/// addresses (burn-cubecl copies a slice that would not).
+/// (the stored row's length, any pitch included) a multiple of 16 bytes. Our allocations and
+/// views start on aligned addresses (burn-cubecl copies a slice that would not).
 fn readable<R: CubeRuntime>(t: &CubeTensor<R>) -> bool {
     let strides = t.meta.strides();
     let (unit, row) = if strides[1] == 1 {
