@@ -24,8 +24,8 @@ use burn::tensor::{DType, Int, Tensor};
 use burn_fused_head::reference::HeadData;
 use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
 
-/// `steps` synced training steps of the op on B, I, C from the command line.
-fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
+/// B, I, C and steps from the command line: (64, 128, 10) and 1 step by default.
+fn command_line() -> (usize, usize, usize, usize) {
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .map(|a| a.parse().expect("B I C [steps]: integers"))
@@ -34,7 +34,12 @@ fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
         [b, i, c, ..] => (b, i, c),
         _ => (64, 128, 10),
     };
-    let steps = args.get(3).copied().unwrap_or(1);
+    (batch, inputs, classes, args.get(3).copied().unwrap_or(1))
+}
+
+/// `steps` synced training steps of the op on B, I, C from the command line.
+fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
+    let (batch, inputs, classes, steps) = command_line();
     let data = HeadData::random(1, batch, inputs, classes);
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
@@ -197,15 +202,8 @@ fn device_times() {
     use cubecl::Runtime;
     use cubecl::cuda::CudaRuntime;
     type B = Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>;
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().unwrap())
-        .collect();
-    let (batch, inputs, classes) = match args[..] {
-        [b, i, c, ..] => (b, i, c),
-        _ => (64, 128, 10),
-    };
-    let steps = args.get(3).copied().unwrap_or(1).max(1);
+    let (batch, inputs, classes, steps) = command_line();
+    let steps = steps.max(1);
     let device = Default::default();
     let client = CudaRuntime::client(&device);
     let data = HeadData::random(1, batch, inputs, classes);

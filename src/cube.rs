@@ -101,7 +101,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         } else {
             small_classes_logits::<R, F>(x, weight, bias)
         };
-        start_queued(&h);
+        start_queued::<R>(&h.device);
         h
     }
 
@@ -273,7 +273,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         } else {
             small_classes_forward::<R, F>(op, x, weight, bias, labels)
         };
-        start_queued(&loss);
+        start_queued::<R>(&loss.device);
         HeadForward { loss, z, dh }
     }
 
@@ -308,9 +308,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         );
         if classes > SMALL_CLASSES {
             let tf32 = use_tf32(precision, &x);
-            let like = x.clone(); // for its device, once x has moved
+            let device = x.device.clone();
             let grads = tiled_backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, tf32);
-            start_queued(&like);
+            start_queued::<R>(&device);
             return grads;
         }
         let (x, weight, z, dh, grad_loss) = (
@@ -365,7 +365,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                 .then(|| partial_sum::<R, F>(dw_part, [classes, inputs])),
             bias: wanted.bias.then(|| partial_sum::<R, F>(db_part, [classes])),
         };
-        start_queued(&x);
+        start_queued::<R>(&x.device);
         grads
     }
 
@@ -1105,16 +1105,17 @@ fn check<R: CubeRuntime, F: FloatElement>(op: &str, tensors: &[&CubeTensor<R>]) 
     validate::element_counts(op, &LIMITS, &counts);
 }
 
-/// Hands the launches queued so far on `like`'s device to its server thread now. CubeCL 0.10
+/// Hands the launches queued so far on `device` to its server thread now. CubeCL 0.10
 /// sends launches to one server thread per device, which takes them in batches of 32 or at a
 /// flush (a sync is one): without this, a step of a few launches would wait for the caller's
 /// sync before any kernel started, and the GPU would sit idle while the host builds the rest
 /// of the step. Does not wait for anything. Measured on the H200 (PERF_NOTES.md, change 14):
-/// the synced step at (64, 128, 10) -29% without fusion, -27% with; at (65536, 1024, 10) a
-/// gain seen in one lease did not reproduce in the next.
-fn start_queued<R: CubeRuntime>(like: &CubeTensor<R>) {
+/// the synced step at (64, 128, 10) -29% without fusion, -27% with; at (65536, 1024, 10) the
+/// synced step also waits for the server thread to wake from its sleeps, which this cannot
+/// hasten (PERF_NOTES.md, "The synced step's extra ~0.2 ms").
+fn start_queued<R: CubeRuntime>(device: &R::Device) {
     use cubecl::device::Device;
-    cubecl::device_handle::DeviceHandle::<R::Server>::new(like.device.to_id()).flush_queue();
+    cubecl::device_handle::DeviceHandle::<R::Server>::new(device.to_id()).flush_queue();
 }
 
 /// A new contiguous float tensor of `shape` on `like`'s device.

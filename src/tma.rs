@@ -225,11 +225,8 @@ mod tests {
         burn_cubecl::kernel::into_contiguous(t.into_primitive().tensor())
     }
 
-    fn values<R: CubeRuntime>(t: CubeTensor<R>) -> Vec<f32> {
-        Tensor::<B<R>, 2>::from_primitive(TensorPrimitive::Float(t))
-            .into_data()
-            .to_vec()
-            .unwrap()
+    fn values<R: CubeRuntime>(t: CubeTensor<R>) -> Vec<f64> {
+        crate::gates::values(Tensor::<B<R>, 2>::from_primitive(TensorPrimitive::Float(t)))
     }
 
     fn transposed<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
@@ -248,9 +245,9 @@ mod tests {
         if let Some(product) = product {
             let (a, w, got) = (values(a), values(w), values(product));
             for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
-                let terms = (0..k).map(|l| a[i * k + l] as f64 * w[j * k + l] as f64);
+                let terms = (0..k).map(|l| a[i * k + l] * w[j * k + l]);
                 let (exact, size) = terms.fold((0.0, 0.0), |(s, t), p| (s + p, t + p.abs()));
-                let error = (got[i * n + j] as f64 - exact).abs();
+                let error = (got[i * n + j] - exact).abs();
                 assert!(
                     error <= size / 512.0,
                     "({i}, {j}): {} vs {exact}",

@@ -188,10 +188,6 @@ fn large_batch_bad_label_and_repeat<B: FusedHeadBackend>(device: &B::Device) {
             let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
             head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy)
         };
-        let bits = |g: HeadGrads| -> Vec<u64> {
-            let values = std::iter::once(g.loss).chain(g.dx).chain(g.dw).chain(g.db);
-            values.map(f64::to_bits).collect()
-        };
         let first = grads(&data);
         assert!(first.loss.is_finite(), "C = {classes}: loss {}", first.loss);
         assert_eq!(
@@ -213,13 +209,13 @@ fn large_batch_bad_label_and_repeat<B: FusedHeadBackend>(device: &B::Device) {
 fn fingerprint<B: FusedHeadBackend>(device: &B::Device) -> Vec<u64> {
     let data = HeadData::random(67, 129, 33, 17);
     let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
-    let g = head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy);
-    std::iter::once(g.loss)
-        .chain(g.dx)
-        .chain(g.dw)
-        .chain(g.db)
-        .map(f64::to_bits)
-        .collect()
+    bits(head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy))
+}
+
+/// The loss and gradients as bits, for bit-for-bit comparisons.
+fn bits(g: HeadGrads) -> Vec<u64> {
+    let values = std::iter::once(g.loss).chain(g.dx).chain(g.dw).chain(g.db);
+    values.map(f64::to_bits).collect()
 }
 
 fn deterministic_and_thread_safe<B: FusedHeadBackend>(device: &B::Device, test_name: &str) {
