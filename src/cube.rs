@@ -34,8 +34,16 @@ const SMALL_CLASSES: usize = 32;
 const MIN_CHUNK_ROWS: usize = 64;
 /// At most this many chunks (cubes along the batch) in the small-C backward.
 const MAX_CHUNKS: usize = 512;
-/// Rows of dZ staged in shared memory at a time by the small-C backward.
-const STAGE_ROWS: usize = 32;
+/// Rows of dZ staged in shared memory at a time by the small-C backward (at most 16 KiB at
+/// C = 32; one stage per chunk up to B = 65536).
+const STAGE_ROWS: usize = 128;
+
+/// The small-C backward's rows per load group and units per cube, by C (measured on the H200
+/// at C = 4, 10 and 32, PERF_NOTES.md change 16): 8-row groups in cubes of 256 up to C = 16;
+/// above, where each unit holds 2 C scalars of W and dW, 4-row groups in cubes of 128.
+fn backward_groups(classes: usize) -> (usize, u32) {
+    if classes <= 16 { (8, 256) } else { (4, 128) }
+}
 
 /// What the kernels accept: f32 only (the gates are f32 gates), and 32-bit addressing.
 const LIMITS: HeadLimits = HeadLimits {
@@ -328,7 +336,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             _ => 1,
         };
         let n = vector_size(inputs, width);
-        let col_tiles = (inputs / n).div_ceil(CUBE_UNITS as usize).max(1);
+        let (group, units) = backward_groups(classes);
+        let col_tiles = (inputs / n).div_ceil(units as usize).max(1);
         let chunk_rows = batch.div_ceil(MAX_CHUNKS).max(MIN_CHUNK_ROWS);
         let chunks = batch.div_ceil(chunk_rows);
         let dx = empty::<R>(&x, if wanted.x { [batch, inputs] } else { [1, 1] });
@@ -341,7 +350,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                 kernels::small_classes_backward::small_classes_backward::launch_unchecked::<F, R>(
                     &x.client,
                     CubeCount::new_2d(col_tiles as u32, chunks as u32),
-                    CubeDim::new_1d(CUBE_UNITS),
+                    CubeDim::new_1d(units),
                     n,
                     x.clone().into_tensor_arg(),
                     weight.into_tensor_arg(),
@@ -354,16 +363,26 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                     chunk_rows as u32,
                     classes,
                     STAGE_ROWS,
+                    group,
                     wanted.x,
                 );
             }
         }
+        let (weight, bias) = if wanted.weight && wanted.bias {
+            let (dw, db) = partial_sum_pair::<R, F>(dw_part, [classes, inputs], db_part, classes);
+            (Some(dw), Some(db))
+        } else {
+            (
+                wanted
+                    .weight
+                    .then(|| partial_sum::<R, F>(dw_part, [classes, inputs])),
+                wanted.bias.then(|| partial_sum::<R, F>(db_part, [classes])),
+            )
+        };
         let grads = HeadGradients {
             x: wanted.x.then_some(dx),
-            weight: wanted
-                .weight
-                .then(|| partial_sum::<R, F>(dw_part, [classes, inputs])),
-            bias: wanted.bias.then(|| partial_sum::<R, F>(db_part, [classes])),
+            weight,
+            bias,
         };
         start_queued::<R>(&x.device);
         grads
@@ -727,6 +746,47 @@ fn partial_sum<R: CubeRuntime, F: FloatElement>(
         }
     }
     out
+}
+
+/// The sums of two `[P, ..]` partials (dW's and db's, the same P) in one launch: the first's
+/// outputs reshaped to `shape_a`, the second's to `[width_b]`. With one part, both are
+/// reshapes; with none, both are zeros.
+fn partial_sum_pair<R: CubeRuntime, F: FloatElement>(
+    part_a: CubeTensor<R>,
+    shape_a: impl Into<Shape>,
+    part_b: CubeTensor<R>,
+    width_b: usize,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let shape_a = shape_a.into();
+    if part_a.shape()[0] == 1 {
+        return (
+            burn_cubecl::ops::reshape(part_a, shape_a),
+            burn_cubecl::ops::reshape(part_b, Shape::from([width_b])),
+        );
+    }
+    let out_a = empty::<R>(&part_a, shape_a);
+    let out_b = empty::<R>(&part_b, [width_b]);
+    let cubes_a = out_a
+        .shape()
+        .num_elements()
+        .div_ceil(kernels::partial_sum::OUTPUTS);
+    let cubes_b = width_b.div_ceil(kernels::partial_sum::OUTPUTS);
+    if let Some((count, dim)) = elementwise(&out_a, (cubes_a + cubes_b) * CUBE_UNITS as usize) {
+        // SAFETY: the kernel guards every read and write by its output's length.
+        unsafe {
+            kernels::partial_sum::partial_sum_pair::launch_unchecked::<F, R>(
+                &out_a.client,
+                count,
+                dim,
+                part_a.into_tensor_arg(),
+                out_a.clone().into_tensor_arg(),
+                part_b.into_tensor_arg(),
+                out_b.clone().into_tensor_arg(),
+                cubes_a as u32,
+            );
+        }
+    }
+    (out_a, out_b)
 }
 
 /// Cube counts of the tiled and TF32 kernels (both tile by 128): (columns of tiles, rows of

@@ -1,5 +1,6 @@
-//! `partial_sum`: `out[n] = sum_p part[p, n]` in a fixed order, for the per-chunk partial
-//! gradients of `small_classes_backward` and the split-K partials of `tiled_matmul`.
+//! `partial_sum`: `out[n] = sum_p part[p, n]` in a fixed order, for the split-K partials of
+//! `tiled_matmul`; `partial_sum_pair` does two such sums in one launch, for the per-chunk
+//! partial dW and db of `small_classes_backward`.
 //!
 //! part [P, N] and out [N], contiguous. A cube of 256 units covers OUTPUTS (32) consecutive
 //! outputs with GROUPS (8) units each: unit (o, g) sums the parts p = g, g + 8, ... with
@@ -21,10 +22,35 @@ const GROUPS: usize = 8;
 
 #[cube(launch_unchecked)]
 pub fn partial_sum<F: Float>(part: &Tensor<F>, out: &mut Tensor<F>) {
+    sum_parts::<F>(part, out, CUBE_POS);
+}
+
+/// Two sums in one launch: cubes `0..first_cubes` sum `part_a` into `out_a` as `partial_sum`
+/// does, the others `part_b` into `out_b` (the small-C backward's dW and db partials).
+#[cube(launch_unchecked)]
+pub fn partial_sum_pair<F: Float>(
+    part_a: &Tensor<F>,
+    out_a: &mut Tensor<F>,
+    part_b: &Tensor<F>,
+    out_b: &mut Tensor<F>,
+    first_cubes: u32,
+) {
+    let cube = CUBE_POS;
+    if cube < first_cubes as usize {
+        sum_parts::<F>(part_a, out_a, cube);
+    } else {
+        sum_parts::<F>(part_b, out_b, cube - first_cubes as usize);
+    }
+}
+
+/// The outputs `cube * OUTPUTS ..` of `out`. Every unit of the cube must call it (it has a
+/// barrier).
+#[cube]
+fn sum_parts<F: Float>(part: &Tensor<F>, out: &mut Tensor<F>, cube: usize) {
     let width = out.len();
     let parts = part.len() / width;
     let unit = UNIT_POS as usize;
-    let n = CUBE_POS * OUTPUTS + unit % OUTPUTS;
+    let n = cube * OUTPUTS + unit % OUTPUTS;
     let group = unit / OUTPUTS;
     let mut smem = SharedMemory::<F>::new(OUTPUTS * GROUPS);
 

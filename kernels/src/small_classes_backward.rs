@@ -3,15 +3,16 @@
 //!
 //! X [B, I], W [C, I], Z and dH [B, C], g [1] (the upstream gradient); writes dX [B, I] (when
 //! `write_dx`) and, per chunk of rows, partial sums of dW [P, C, I] and db [P, C], which
-//! `partial_sum` adds in chunk order afterwards (deterministic, no atomics; with one chunk they
-//! are dW and db). All contiguous; X, W, dX and dW are read and written as vectors of N
+//! `partial_sum_pair` adds in chunk order afterwards (deterministic, no atomics; with one chunk
+//! they are dW and db). All contiguous; X, W, dX and dW are read and written as vectors of N
 //! elements (N divides I).
 //!
 //! Layout: cube (t, p) owns a tile of vectors of columns and the rows of chunk p. Unit u of the
 //! cube owns the vector `t * U + u` (U units), keeps its C vectors of W in registers and
 //! accumulates its C vectors of dW partial sums over the chunk's rows; no unit ever sums
 //! across units. dZ = dH [Z > 0] g is computed once per row and shared through shared memory,
-//! `stage_rows` rows at a time.
+//! `stage_rows` rows at a time. Each unit loads X `group` rows at a time, the next group's
+//! loads issued before the current group's sums (PERF_NOTES.md, change 16).
 //!
 //! Term by term this is stage 3 (the same select), stage 6 (the same order over c) and stages
 //! 4 and 5 with the batch sum split into chunks. Every access is guarded, so the host launches
@@ -19,9 +20,29 @@
 
 use cubecl::{cube, prelude::*};
 
-/// Rows whose X loads are issued together, before any is used. (Measured at (65536, 1024, 10)
-/// on the H200: 2 rows 229 us, 4 rows 192 us, 8 rows 195 us at 104 registers.)
-const GROUP: usize = 4;
+/// This unit's vectors of X of rows `r0 + first ..` (`group` of them; zeros past `rows_here`
+/// rows or for a unit past I's vectors).
+#[cube]
+fn load_rows<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    xs: &mut Array<Vector<F, N>>,
+    r0: usize,
+    first: usize,
+    rows_here: usize,
+    col: usize,
+    live: bool,
+    #[comptime] group: usize,
+) {
+    let vectors = x.shape(1) / N::value();
+    #[unroll]
+    for u in 0..group {
+        let mut v = Vector::<F, N>::empty().fill(F::new(0.0));
+        if first + u < rows_here && live {
+            v = x[(r0 + first + u) * vectors + col];
+        }
+        xs[u] = v;
+    }
+}
 
 #[cube(launch_unchecked)]
 pub fn small_classes_backward<F: Float, N: Size>(
@@ -36,6 +57,7 @@ pub fn small_classes_backward<F: Float, N: Size>(
     rows_per_chunk: u32,
     #[comptime] classes: usize,
     #[comptime] stage_rows: usize,
+    #[comptime] group: usize,
     #[comptime] write_dx: bool,
 ) {
     let batch = x.shape(0);
@@ -91,20 +113,16 @@ pub fn small_classes_backward<F: Float, N: Size>(
 
         // 3. Each row: dX of this unit's columns (stage 6), partial dW and db (stages 4, 5).
         let rows_here = select(r0 + stage_rows < row_end, stage_rows, row_end - r0);
+        // X of `group` rows in registers, every load issued before the first use, and the next
+        // group's loads issued before this group's sums.
+        let mut xs = Array::<Vector<F, N>>::new(group);
+        load_rows::<F, N>(x, &mut xs, r0, 0, rows_here, col, live, group);
         let mut rr = 0;
         while rr < rows_here {
-            // X of GROUP rows, every load issued before the first use.
-            let mut xs = Array::<Vector<F, N>>::new(GROUP);
+            let mut next = Array::<Vector<F, N>>::new(group);
+            load_rows::<F, N>(x, &mut next, r0, rr + group, rows_here, col, live, group);
             #[unroll]
-            for u in 0..GROUP {
-                let mut v = zero;
-                if rr + u < rows_here && live {
-                    v = x[(r0 + rr + u) * vectors + col];
-                }
-                xs[u] = v;
-            }
-            #[unroll]
-            for u in 0..GROUP {
+            for u in 0..group {
                 if rr + u < rows_here {
                     let row = r0 + rr + u;
                     let mut d = Array::<F>::new(classes);
@@ -128,7 +146,11 @@ pub fn small_classes_backward<F: Float, N: Size>(
                     }
                 }
             }
-            rr += GROUP;
+            #[unroll]
+            for u in 0..group {
+                xs[u] = next[u];
+            }
+            rr += group;
         }
         // Nobody overwrites the staged rows before every unit is done with them.
         sync_cube();
