@@ -49,7 +49,7 @@ fn shape_sweep<B: FusedHeadBackend>(device: &B::Device) {
 /// (B, I, C) across the fast path's switches: C around the small-C limit (32) and the
 /// vector-width steps of the backward (8, 16), I divisible by 4, by 2 only and by neither (the
 /// vector widths), I past one column tile (256 vectors), B past the backward's row chunks (64,
-/// where the one-chunk partial sums are used as they are) and shared stages (32), B on both
+/// where the one-chunk partial sums are used as they are), B on both
 /// sides of the forward's one-cube launch (which writes the mean itself), tiles of 128 with
 /// ragged edges, 17 rows of tiles (B = 2100), a
 /// weight gradient with too few tiles, whose K (= B) is split into slices, and B past the
@@ -321,6 +321,23 @@ fn autodiff_matches_stock<B: AutodiffBackend + FusedHeadBackend>(device: &B::Dev
     }
 }
 
+/// The small-C backward's chunks longer than its shared stage of dZ (128 rows; from B = 65537
+/// on): B = 65601 gives chunks of 129 rows, a second stage of one row and a ragged last chunk of
+/// 69. Against the f64 reference only: the stage-by-stage `weight_gradient` sums the batch in
+/// one loop per unit, and lavapipe (the CPU Vulkan driver of CI) silently ends a shader
+/// invocation's loops after 65535 iterations in all (llvmpipe's `LP_MAX_TGSI_LOOP_ITERATIONS`),
+/// so on lavapipe the stages' dW is wrong at this B.
+fn backward_chunks_past_one_stage<B: FusedHeadBackend>(device: &B::Device) {
+    for (k, &(b, i, c)) in [(65601, 3, 5), (65601, 2, 20)].iter().enumerate() {
+        let data = HeadData::random(300 + k as u64, b, i, c);
+        let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
+        let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+        let fast = run_fast_path(x, w, bias, labels, grad, HeadPrecision::Exact);
+        let context = format!("fast path B={b} I={i} C={c} g={grad}");
+        assert_gates(&context, &fast.gates(&reference_stages(&data, grad)));
+    }
+}
+
 /// A scaled loss, and a loss added to another loss: gradients follow the upstream gradient.
 fn non_unit_upstream_gradient<B: FusedHeadBackend>(device: &B::Device) {
     let data = HeadData::random(7, 33, 20, 9);
@@ -584,6 +601,10 @@ macro_rules! parity_suite {
             #[test]
             fn autodiff_matches_stock() {
                 super::autodiff_matches_stock::<Autodiff<B>>(&device());
+            }
+            #[test]
+            fn backward_chunks_past_one_stage() {
+                super::backward_chunks_past_one_stage::<B>(&device());
             }
             #[test]
             fn non_unit_upstream_gradient() {
