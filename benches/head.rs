@@ -3,6 +3,8 @@
 //! cargo bench --bench head                    # NdArray, small shapes (any machine)
 //! cargo bench --bench head --features cuda    # the CUDA contenders, every shape
 //!
+//! The one benchmark harness of the crate. Rows are named by shape (`b65536_i1024_c10`).
+//!
 //! Per shape and contender: first-call latency (kernel compilation, Burn's autotune), then the
 //! steady state after warm-up: the full training step (forward + backward to X, W, b, synced),
 //! the forward alone and the backward alone, as median and p20/p80 over many steps; on CUDA the
@@ -17,7 +19,8 @@
 //!
 //! Quick looks while tuning (never a source for BENCHMARKS.md): `--ours-only` (our CUDA
 //! contenders, no memory column), `--tf32-only` (our TF32 contenders, no memory column) and
-//! `--shape B,I,C` (repeatable: those shapes only).
+//! `--shape B,I,C` (repeatable: those shapes only). A memory figure that could not be measured
+//! says why in its cell.
 //! `--logits`: the head's output alone (`linear_relu_logits`, exact and TF32) against stage 1's
 //! kernel and stock Burn, on the raw `CubeBackend`, instead of the training step (with
 //! `--ours-only`: our two contenders alone, a quick look).
@@ -47,7 +50,8 @@ struct Row {
     step: Stats,
     fwd: Stats,
     bwd: Stats,
-    memory: Option<u64>,
+    /// Peak device memory of one step (bytes), or why it was not measured.
+    memory: Result<u64, String>,
 }
 
 #[derive(Clone, Copy)]
@@ -86,7 +90,7 @@ fn bench<B: AutodiffBackend + FusedHeadBackend>(
     device: &B::Device,
     data: &HeadData,
     head: Head<B>,
-    memory: &dyn Fn(bool) -> Option<u64>,
+    memory: &dyn Fn(bool) -> Result<u64, String>,
 ) -> Row {
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
@@ -99,7 +103,7 @@ fn bench<B: AutodiffBackend + FusedHeadBackend>(
         drop(kept);
     };
     sync();
-    memory(true); // clean the pool
+    let _ = memory(true); // clean the pool
     let t = Instant::now();
     step();
     let first_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -154,12 +158,17 @@ fn floor_ms((b, i, c): (usize, usize, usize), tf32: bool) -> f64 {
     (bytes / COPY_BYTES_PER_S).max(flops / rate) * 1e3
 }
 
+/// The shape's name in every row: `b65536_i1024_c10`.
+fn shape_name((b, i, c): (usize, usize, usize)) -> String {
+    format!("b{b}_i{i}_c{c}")
+}
+
 fn print_header(device_name: &str) {
     println!(
         "\nDevice: {device_name}. Times in ms (median, p20/p80). `vs stock` = stock step median / this step median on the same backend (> 1: faster than stock)."
     );
     println!(
-        "| B, I, C | contender | first call | step | step p20/p80 | fwd | bwd | vs stock | memory (MiB) | floor | % of floor |"
+        "| shape | contender | first call | step | step p20/p80 | fwd | bwd | vs stock | memory (MiB) | floor | % of floor |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
 }
@@ -186,9 +195,9 @@ fn print_rows(rows: &[Row], on_h200: bool) {
         } else {
             ("-".to_string(), "-".to_string())
         };
-        let (b, i, c) = row.shape;
         println!(
-            "| {b}, {i}, {c} | {} | {:.1} | {:.3} | {:.3}/{:.3} | {:.3} | {:.3} | {} | {} | {floor_s} | {pct} |",
+            "| {} | {} | {:.1} | {:.3} | {:.3}/{:.3} | {:.3} | {:.3} | {} | {} | {floor_s} | {pct} |",
+            shape_name(row.shape),
             row.contender,
             row.first_ms,
             row.step.median,
@@ -199,9 +208,10 @@ fn print_rows(rows: &[Row], on_h200: bool) {
             stock
                 .map(|s| format!("{:.2}x", s / row.step.median))
                 .unwrap_or_default(),
-            row.memory
-                .map(|m| format!("{:.1}", m as f64 / (1 << 20) as f64))
-                .unwrap_or("-".into()),
+            match &row.memory {
+                Ok(m) => format!("{:.1}", *m as f64 / (1 << 20) as f64),
+                Err(why) => format!("not measured: {why}"),
+            },
         );
     }
 }
@@ -274,7 +284,7 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
             _ => step_then_reserved(&|| one_step::<Raw>(&device, data, tf32_head)),
         });
     }
-    let none = &|_| None;
+    let none = &|_| Err("timing run".to_string());
     Measured::Row(match which {
         0 => bench::<Fused>(name, &device, data, linear_relu_cross_entropy, none),
         1 => bench::<Fused>(name, &device, data, stock_head_loss, none),
@@ -302,10 +312,12 @@ fn one_step<B: AutodiffBackend + FusedHeadBackend>(
 }
 
 /// The peak-memory measure of one contender, in a fresh process (this executable with
-/// `--memory`), so that no other contender's pages are in its pool. `None` if it failed.
+/// `--memory`), so that no other contender's pages are in its pool; or why it failed (also
+/// printed to stderr in full).
 #[cfg(feature = "cuda")]
-fn memory_in_fresh_process(which: usize, (b, i, c): (usize, usize, usize)) -> Option<u64> {
-    let out = std::process::Command::new(std::env::current_exe().ok()?)
+fn memory_in_fresh_process(which: usize, (b, i, c): (usize, usize, usize)) -> Result<u64, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("no path to this executable: {e}"))?;
+    let out = std::process::Command::new(exe)
         .args([
             "--memory",
             &which.to_string(),
@@ -314,22 +326,33 @@ fn memory_in_fresh_process(which: usize, (b, i, c): (usize, usize, usize)) -> Op
             &c.to_string(),
         ])
         .output()
-        .ok()?;
+        .map_err(|e| format!("could not start the measuring process: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find_map(|l| l.strip_prefix("MEMORY "));
-    if line.is_none() {
-        eprintln!(
-            "memory measure of {} failed: {}",
-            CUDA_CONTENDERS[which],
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let measured = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MEMORY "))
+        .map(|v| v.trim().parse::<u64>());
+    match measured {
+        Some(Ok(bytes)) => Ok(bytes),
+        _ => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            eprintln!(
+                "memory measure of {} failed ({}): {stderr}",
+                CUDA_CONTENDERS[which], out.status
+            );
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            Err(format!("{}; {}", out.status, last.replace('|', "/")))
+        }
     }
-    line?.trim().parse().ok()
 }
 
 /// `--logits`: the head's output H alone (prediction, no autodiff) on the raw `CubeBackend`,
-/// one process, side by side per shape: stage 1's kernel (what `linear_relu_logits` ran before
-/// change 8), `linear_relu_logits` exact and TF32, and stock Burn (`relu(x W^T + b)`).
+/// one process, side by side per shape: stage 1's reference kernel, `linear_relu_logits` exact
+/// and TF32, and stock Burn (`relu(x W^T + b)`).
 #[cfg(feature = "cuda")]
 fn logits_rows(shapes: &[(usize, usize, usize)], ours_only: bool) {
     use burn::tensor::TensorPrimitive;
@@ -360,7 +383,7 @@ fn logits_rows(shapes: &[(usize, usize, usize)], ours_only: bool) {
     println!(
         "\nLogits alone, raw CubeBackend (fusion off), f32. Times in ms; `vs stock` = stock median / this median."
     );
-    println!("| B, I, C | contender | first call | median | p20/p80 | vs stock |");
+    println!("| shape | contender | first call | median | p20/p80 | vs stock |");
     println!("|---|---|---:|---:|---:|---:|");
     for &(b, i, c) in shapes {
         let data = HeadData::random(1, b, i, c);
@@ -386,8 +409,11 @@ fn logits_rows(shapes: &[(usize, usize, usize)], ours_only: bool) {
             let vs_stock =
                 stock_ms.map_or("-".to_string(), |stock| format!("{:.2}x", stock / s.median));
             println!(
-                "| {b}, {i}, {c} | {name} | {first:.1} | {:.3} | {:.3}/{:.3} | {vs_stock} |",
-                s.median, s.p20, s.p80
+                "| {} | {name} | {first:.1} | {:.3} | {:.3}/{:.3} | {vs_stock} |",
+                shape_name((b, i, c)),
+                s.median,
+                s.p20,
+                s.p80
             );
         }
     }
@@ -446,9 +472,11 @@ fn main() {
                 let Measured::Row(mut row) = cuda_contender(which, &data, false) else {
                     unreachable!("a timing run returns its row")
                 };
-                if !ours_only && !tf32_only {
-                    row.memory = memory_in_fresh_process(which, shape);
-                }
+                row.memory = if ours_only || tf32_only {
+                    Err("quick look".to_string())
+                } else {
+                    memory_in_fresh_process(which, shape)
+                };
                 row
             })
             .collect();
@@ -470,9 +498,11 @@ fn main() {
                 &device,
                 &data,
                 linear_relu_cross_entropy,
-                &|_| None,
+                &|_| Err("no device pool on NdArray".to_string()),
             ),
-            bench::<B>("stock NdArray", &device, &data, stock_head_loss, &|_| None),
+            bench::<B>("stock NdArray", &device, &data, stock_head_loss, &|_| {
+                Err("no device pool on NdArray".to_string())
+            }),
         ];
         print_rows(&rows, false);
     }

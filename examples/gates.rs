@@ -70,7 +70,7 @@ fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
     use burn::backend::Vulkan;
-    let device = burn::backend::wgpu::WgpuDevice::default();
+    let device = burn_fused_head::vulkan::device();
     let (x, w, b, labels) = data.tensors::<Vulkan>(&device, DType::F32);
     (
         "Vulkan (wgpu kernels, fusion on), f32",
@@ -97,7 +97,7 @@ fn fast_path_under_test(data: &HeadData) -> FastOutputs {
 
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 fn fast_path_under_test(data: &HeadData) -> FastOutputs {
-    let device = burn::backend::wgpu::WgpuDevice::default();
+    let device = burn_fused_head::vulkan::device();
     let (x, w, b, labels) = data.tensors::<burn::backend::Vulkan>(&device, DType::F32);
     run_fast_path(x, w, b, labels, 1.0, HeadPrecision::Exact)
 }

@@ -51,9 +51,9 @@ pub mod gates;
 mod module;
 mod ops;
 pub mod reference;
-#[cfg(feature = "cube")]
-mod tma;
 mod validate;
+#[cfg(feature = "wgpu")]
+pub mod vulkan;
 
 pub use backend::{
     FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,

@@ -20,191 +20,6 @@ fn panic_message(f: impl FnOnce()) -> String {
         .unwrap_or_default()
 }
 
-/// Shape mismatches are refused before anything runs, naming the shapes.
-fn shape_mismatches<B: FusedHeadBackend>(device: &B::Device) {
-    let device = device.clone();
-    // (B, I of X, I of W, C of W, length of b, length of labels)
-    let tensors = move |[b, i, wi, c, bc, nl]: [usize; 6]| {
-        let f = |shape: [usize; 2]| Tensor::<B, 2>::zeros(shape, (&device, DType::F32));
-        let labels = Tensor::<B, 1, Int>::zeros([nl], &device);
-        (
-            f([b, i]),
-            f([c, wi]),
-            Tensor::<B, 1>::zeros([bc], (&device, DType::F32)),
-            labels,
-        )
-    };
-    let cases = [
-        ([4, 3, 5, 2, 2, 4], "their I differ (3 vs 5)"),
-        ([4, 3, 3, 2, 7, 4], "b must be [C] = [2]"),
-        ([4, 3, 3, 2, 2, 5], "labels must be [B] = [4]"),
-        ([4, 3, 3, 0, 0, 4], "C = 0 classes"),
-    ];
-    for (dims, expected) in cases {
-        let (x, w, bias, labels) = tensors(dims);
-        let msg = panic_message(move || {
-            linear_relu_cross_entropy(x, w, bias, labels);
-        });
-        assert!(
-            msg.contains(expected),
-            "message {msg:?} should contain {expected:?}"
-        );
-    }
-}
-
-/// A label outside [0, C) gives a NaN loss for its row (so a NaN mean and NaN gradients), never
-/// an out-of-bounds access; `validate_labels` reports it as an error.
-fn labels_out_of_range<B: FusedHeadBackend>(device: &B::Device) {
-    for bad in [-1i64, 5, i32::MAX as i64] {
-        let mut data = HeadData::random(43, 6, 4, 5);
-        data.labels[2] = bad;
-        let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-        let err = validate_labels(&labels, 5).expect_err("a bad label");
-        assert_eq!((err.row, err.label, err.count), (2, bad, 1));
-        let got = run_stages(x, w, b, labels, 1.0);
-        let want = reference_stages(&data, 1.0);
-        assert!(
-            got.loss_rows[2].is_nan() && got.loss.is_nan(),
-            "label {bad}: loss {:?}",
-            got.loss_rows
-        );
-        assert!(
-            got.dh[10..15].iter().all(|v| v.is_nan()),
-            "label {bad}: dH row not NaN"
-        );
-        assert_gates(&format!("label {bad}"), &got.gates(&want)); // NaN where the reference has NaN
-        assert!(
-            got.dw.iter().any(|v| v.is_nan()),
-            "label {bad}: dW should carry the NaN"
-        );
-    }
-}
-
-/// B = 0: the mean over nothing is NaN (as PyTorch); the gradients are zero (dW, db) or empty.
-fn empty_batch<B: FusedHeadBackend>(device: &B::Device) {
-    let data = HeadData::random(47, 0, 4, 3);
-    let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
-    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
-    let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels);
-    let grads = loss.backward();
-    assert!(to_f64(loss)[0].is_nan());
-    // dX is empty: its shape is checked, not its (zero) bytes, which CUDA cannot read back.
-    assert_eq!(x.grad(&grads).unwrap().dims(), [0, 4]);
-    let (dw, db) = (
-        to_f64(w.grad(&grads).unwrap()),
-        to_f64(b.grad(&grads).unwrap()),
-    );
-    assert!(
-        dw.iter().chain(&db).all(|v| *v == 0.0),
-        "dW {dw:?}, db {db:?}"
-    );
-}
-
-/// NaN or infinity in X, W or b: NaN loss, NaN in the gradients, no hang.
-fn nan_and_inf_propagate<B: FusedHeadBackend>(device: &B::Device) {
-    for (what, value) in [
-        ("X", f32::NAN),
-        ("W", f32::NAN),
-        ("b", f32::NAN),
-        ("X", f32::INFINITY),
-        ("W", f32::NEG_INFINITY),
-    ] {
-        let mut data = HeadData::random(53, 5, 4, 3);
-        match what {
-            "X" => data.x[1] = value,
-            "W" => data.weight.iter_mut().for_each(|v| *v = value),
-            _ => data.bias[0] = value,
-        }
-        let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
-        let got = head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy);
-        assert!(got.loss.is_nan(), "{what} = {value}: loss {}", got.loss);
-        assert!(
-            got.dw.iter().chain(&got.db).any(|v| v.is_nan()),
-            "{what} = {value}: no NaN in dW, db"
-        );
-    }
-}
-
-/// |H| up to 1e30: the stable softmax keeps the loss finite and matches the f64 reference.
-/// W is a power of two times small integers, so Z is exact in f32.
-///
-/// Every gate but dX must pass. dX = dZ W sums terms of magnitude 1e28 whose exact sum is often
-/// 0 (tied logits with equal W columns): f32's rounding of p (1e-8 relative) then leaves
-/// |dX| ~ 1e20 where f64 leaves 0, in any f32 implementation, stock Burn's included. So dX is
-/// held to the dot-product bound instead: `|got - ref| <= 2e-5 + 2e-4 |ref| + 1e-6 sum_c |dZ W|`.
-fn logits_near_1e30<B: FusedHeadBackend>(device: &B::Device) {
-    let mut data = HeadData::random(59, 9, 6, 5);
-    let scale = 2f32.powi(96); // about 7.9e28
-    for v in &mut data.x {
-        *v = (*v * 4.0).round();
-    }
-    for v in &mut data.weight {
-        *v = (*v * 8.0).round() * scale;
-    }
-    data.bias.fill(0.0);
-    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-    let got = run_stages(x, w, b, labels, 1.0);
-    let want = reference_stages(&data, 1.0);
-    let reports = got.gates(&want);
-    assert_gates("logits near 1e30", &reports[..7]);
-    assert!(got.h.iter().cloned().fold(0.0, f64::max) > 1e29);
-    assert!(got.loss.is_finite() && burn_fused_head::gates::within(got.loss, want.loss));
-    let (c, i) = (data.classes, data.inputs);
-    for (k, (g, r)) in got.dx.iter().zip(&want.dx).enumerate() {
-        let (row, col) = (k / i, k % i);
-        let terms: f64 = (0..c)
-            .map(|j| (want.dz[row * c + j] * data.weight[j * i + col] as f64).abs())
-            .sum();
-        let bound = 2e-5 + 2e-4 * r.abs() + 1e-6 * terms;
-        assert!(
-            (g - r).abs() <= bound,
-            "dX[{k}]: got {g:e}, want {r:e}, bound {bound:e}"
-        );
-    }
-}
-
-/// Every row dead (every Z <= 0): H = 0, loss = ln(C), gradients exactly as the reference.
-fn all_rows_dead<B: FusedHeadBackend>(device: &B::Device) {
-    let mut data = HeadData::random(61, 7, 5, 4);
-    data.x.fill(0.0);
-    data.bias = vec![-1.0, -0.5, -0.25, 0.0];
-    let got = check_stages::<B>(device, &data, 1.0, "all rows dead");
-    assert!(
-        (got.loss - 4f64.ln()).abs() < 1e-6,
-        "loss {} != ln 4",
-        got.loss
-    );
-    assert!(got.dz.iter().all(|v| *v == 0.0));
-}
-
-/// From B = 16384 on, the small-C forward runs as row tiles (one unit per row; 128 rows per cube
-/// up to C = 16, 32 above): a bad label in the last, partial cube gives a NaN loss and NaN
-/// gradients there as elsewhere, and valid data gives the same bits twice. (On NdArray: the
-/// same checks on the stock path.)
-fn large_batch_bad_label_and_repeat<B: FusedHeadBackend>(device: &B::Device) {
-    for classes in [5, 20] {
-        let mut data = HeadData::random(71, 16400, 8, classes);
-        let grads = |data: &HeadData| {
-            let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
-            head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy)
-        };
-        let first = grads(&data);
-        assert!(first.loss.is_finite(), "C = {classes}: loss {}", first.loss);
-        assert_eq!(
-            bits(first),
-            bits(grads(&data)),
-            "C = {classes}: a repeat differs"
-        );
-        data.labels[16399] = -1;
-        let bad = grads(&data);
-        assert!(bad.loss.is_nan(), "C = {classes}: loss {}", bad.loss);
-        assert!(
-            bad.dw.iter().chain(&bad.db).any(|v| v.is_nan()),
-            "C = {classes}: no NaN in dW, db"
-        );
-    }
-}
-
 /// Bit-identical loss and gradients: repeated calls, two threads at once, and another process.
 fn fingerprint<B: FusedHeadBackend>(device: &B::Device) -> Vec<u64> {
     let data = HeadData::random(67, 129, 33, 17);
@@ -218,162 +33,58 @@ fn bits(g: HeadGrads) -> Vec<u64> {
     values.map(f64::to_bits).collect()
 }
 
-fn deterministic_and_thread_safe<B: FusedHeadBackend>(device: &B::Device, test_name: &str) {
-    let serial = fingerprint::<B>(device);
-    assert_eq!(fingerprint::<B>(device), serial, "a repeated call differs");
-    let threads: Vec<_> = (0..2)
-        .map(|_| {
-            let device = device.clone();
-            std::thread::spawn(move || fingerprint::<B>(&device))
-        })
-        .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap(), serial, "a concurrent call differs");
-    }
-    // Another process: this test binary again, asked to print its fingerprint.
-    let hash = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        serial.hash(&mut h);
-        h.finish()
-    };
-    if std::env::var("FUSED_HEAD_FINGERPRINT").is_ok() {
-        println!("\nFINGERPRINT {hash:x}");
-        return;
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
-        .env("FUSED_HEAD_FINGERPRINT", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("FINGERPRINT"))
-        .unwrap_or_else(|| panic!("child said: {stdout}"));
-    assert_eq!(
-        line,
-        format!("FINGERPRINT {hash:x}"),
-        "another process gave other bits"
-    );
-}
-
-/// Long training: the loss stays finite and device memory in use does not grow.
-fn long_run<B: FusedHeadBackend>(
-    device: &B::Device,
-    steps: usize,
-    memory_in_use: impl Fn() -> Option<u64>,
-) {
-    use burn::module::AutodiffModule;
-    use burn::optim::{GradientsParams, Optimizer, SgdConfig};
-    use burn_fused_head::FusedHeadConfig;
-    type A<B> = Autodiff<B>;
-    let data = HeadData::random(71, 32, 16, 8);
-    let (x, _, _, labels) = data.tensors::<A<B>>(device, DType::F32);
-    let mut head = FusedHeadConfig::new(16, 8).init::<A<B>>(device);
-    let mut optim = SgdConfig::new().init();
-    let mut after_warmup = None;
-    for step in 0..steps {
-        let loss = head.forward(x.clone(), labels.clone());
-        let grads = GradientsParams::from_grads(loss.backward(), &head);
-        head = optim.step(0.1, head, grads);
-        if step == 100 || step + 1 == steps {
-            let loss = to_f64(
-                head.valid()
-                    .forward(x.clone().inner(), labels.clone().inner()),
-            )[0];
-            assert!(loss.is_finite(), "step {step}: loss {loss}");
-            <B as burn::tensor::backend::Backend>::sync(device).unwrap();
-            let used = memory_in_use();
-            match (after_warmup, used) {
-                (None, _) => after_warmup = Some(used),
-                (Some(Some(before)), Some(now)) => {
-                    assert!(
-                        now <= before + (1 << 20),
-                        "device memory grew: {before} -> {now} bytes"
-                    )
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
-macro_rules! edge_suite {
+/// The tests of `edge_cases/cases.rs`, each written once there, on one backend `B`, with the
+/// steps of the long run and a probe of the device memory in use (`None` where the backend
+/// has no pool to read).
+macro_rules! on_backend {
     ($name:ident, $backend:ty, $device:expr, $steps:expr, $memory:expr) => {
         mod $name {
-            type B = $backend;
+            use super::*;
 
-            #[test]
-            fn shape_mismatches() {
-                super::shape_mismatches::<B>(&$device);
+            type B = $backend;
+            const LONG_RUN_STEPS: usize = $steps;
+
+            fn device() -> burn::tensor::Device<B> {
+                $device
             }
-            #[test]
-            fn labels_out_of_range() {
-                super::labels_out_of_range::<B>(&$device);
+
+            fn memory_in_use() -> Option<u64> {
+                $memory
             }
-            #[test]
-            fn empty_batch() {
-                super::empty_batch::<B>(&$device);
-            }
-            #[test]
-            fn nan_and_inf_propagate() {
-                super::nan_and_inf_propagate::<B>(&$device);
-            }
-            #[test]
-            fn logits_near_1e30() {
-                super::logits_near_1e30::<B>(&$device);
-            }
-            #[test]
-            fn all_rows_dead() {
-                super::all_rows_dead::<B>(&$device);
-            }
-            #[test]
-            fn large_batch_bad_label_and_repeat() {
-                super::large_batch_bad_label_and_repeat::<B>(&$device);
-            }
-            #[test]
-            fn deterministic_and_thread_safe() {
-                let name = concat!(stringify!($name), "::deterministic_and_thread_safe");
-                super::deterministic_and_thread_safe::<B>(&$device, name);
-            }
-            #[test]
-            fn long_run() {
-                super::long_run::<B>(&$device, $steps, $memory);
-            }
+
+            include!("edge_cases/cases.rs");
         }
     };
 }
 
-edge_suite!(
+on_backend!(
     ndarray,
     burn::backend::NdArray<f32>,
     burn::backend::ndarray::NdArrayDevice::Cpu,
     10_000,
-    || None
+    None
 );
 #[cfg(feature = "wgpu")]
-edge_suite!(
+on_backend!(
     wgpu_fusion,
     burn::backend::Vulkan,
-    burn::backend::wgpu::WgpuDevice::default(),
+    burn_fused_head::vulkan::device(),
     10_000,
-    || {
+    {
         use cubecl::Runtime;
-        let client =
-            burn::backend::wgpu::WgpuRuntime::client(&burn::backend::wgpu::WgpuDevice::default());
+        let client = burn::backend::wgpu::WgpuRuntime::client(&device());
         Some(client.memory_usage().unwrap().bytes_in_use)
     }
 );
 #[cfg(feature = "cuda")]
-edge_suite!(
+on_backend!(
     cuda_fusion,
     burn::backend::Cuda,
     burn::backend::cuda::CudaDevice::default(),
     10_000,
-    || {
+    {
         use cubecl::Runtime;
-        let client = cubecl::cuda::CudaRuntime::client(&burn::backend::cuda::CudaDevice::default());
+        let client = cubecl::cuda::CudaRuntime::client(&device());
         Some(client.memory_usage().unwrap().bytes_in_use)
     }
 );

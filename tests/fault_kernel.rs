@@ -81,12 +81,12 @@ fn only_dw_fails<R: CubeRuntime>(device: &R::Device) {
 
 #[cfg(feature = "wgpu")]
 #[test]
-fn wgpu_only_dw_fails() {
-    only_dw_fails::<burn::backend::wgpu::WgpuRuntime>(&Default::default());
+fn a_mis_indexed_weight_gradient_fails_only_the_dw_gate_on_wgpu() {
+    only_dw_fails::<burn::backend::wgpu::WgpuRuntime>(&burn_fused_head::vulkan::device());
 }
 
 #[cfg(feature = "cuda")]
 #[test]
-fn cuda_only_dw_fails() {
+fn a_mis_indexed_weight_gradient_fails_only_the_dw_gate_on_cuda() {
     only_dw_fails::<cubecl::cuda::CudaRuntime>(&Default::default());
 }

@@ -17,7 +17,7 @@ mod probe {
     pub fn round_all<F: Float>(v: &Tensor<F>, out: &mut Tensor<F>) {
         let pos = ABSOLUTE_POS;
         if pos < v.len() {
-            out[pos] = burn_fused_head_kernels::tf32_matmul::round_tf32::<F>(v[pos]);
+            out[pos] = burn_fused_head_kernels::large_classes::tf32_matmul::round_tf32::<F>(v[pos]);
         }
     }
 }
@@ -116,7 +116,7 @@ fn kernel_matches_reference<R: CubeRuntime>(device: &R::Device) {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_round_tf32_matches_reference() {
-    kernel_matches_reference::<burn::backend::wgpu::WgpuRuntime>(&Default::default());
+    kernel_matches_reference::<burn::backend::wgpu::WgpuRuntime>(&burn_fused_head::vulkan::device());
 }
 
 #[cfg(feature = "cuda")]

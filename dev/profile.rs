@@ -1,0 +1,200 @@
+//! A few training steps of the op at one shape, nothing else: the program to put under a
+//! profiler (Nsight Compute: `ncu --section SpeedOfLight ...`).
+//!
+//!   cargo run --release --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
+//!
+//! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
+//! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
+//! without the feature, on NdArray. `--phases` then times `steps` more steps phase by phase
+//! (host calls and GPU waits apart) and prints the medians, and on the raw backend the forward's
+//! and backward's times as CubeCL's `profile` measures them.
+
+use std::time::Instant;
+
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, Int, Tensor};
+use burn_fused_head::reference::HeadData;
+use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+
+/// Whether `--flag` is on the command line.
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
+}
+
+/// B, I, C and steps from the command line: (64, 128, 10) and 1 step by default.
+fn command_line() -> (usize, usize, usize, usize) {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .map(|a| {
+            a.parse()
+                .expect("B I C [steps] [--fusion] [--phases]: integers")
+        })
+        .collect();
+    let (batch, inputs, classes) = match args[..] {
+        [b, i, c, ..] => (b, i, c),
+        _ => (64, 128, 10),
+    };
+    (batch, inputs, classes, args.get(3).copied().unwrap_or(1))
+}
+
+/// `steps` synced training steps of the op on B, I, C from the command line.
+fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
+    let (batch, inputs, classes, steps) = command_line();
+    let data = HeadData::random(1, batch, inputs, classes);
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    for _ in 0..steps {
+        let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
+        let grads = loss.backward();
+        let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+        B::sync(device).unwrap();
+        drop(kept);
+    }
+    println!("B = {batch}, I = {inputs}, C = {classes}: {steps} step(s) done");
+    if flag("--phases") {
+        phases::<B>(device, &x, &w, &b, &labels, steps);
+    }
+}
+
+/// Where a step's wall time goes, as medians over `steps` steps (ms): the host returning from
+/// the forward call (kernels queued, not waited for), the wait for the GPU after it, the host
+/// returning from the backward call, the wait after it; then whole steps with one sync at the
+/// end, as the benchmark times them. A host phase as long as its step means the step is
+/// host-bound; a wait near the kernels' time means the GPU is.
+fn phases<B: AutodiffBackend + FusedHeadBackend>(
+    device: &B::Device,
+    x: &Tensor<B, 2>,
+    w: &Tensor<B, 2>,
+    b: &Tensor<B, 1>,
+    labels: &Tensor<B, 1, Int>,
+    steps: usize,
+) {
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut parts: [Vec<f64>; 5] = Default::default();
+    for _ in 0..steps.max(1) {
+        let t = Instant::now();
+        let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
+        parts[0].push(ms(t));
+        let t = Instant::now();
+        B::sync(device).unwrap();
+        parts[1].push(ms(t));
+        let t = Instant::now();
+        let grads = loss.backward();
+        let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+        parts[2].push(ms(t));
+        let t = Instant::now();
+        B::sync(device).unwrap();
+        parts[3].push(ms(t));
+        drop(kept);
+        let t = Instant::now();
+        let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
+        let grads = loss.backward();
+        let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+        B::sync(device).unwrap();
+        parts[4].push(ms(t));
+        drop(kept);
+    }
+    let [fh, fs, bh, bs, step] = parts.map(median);
+    println!(
+        "medians (ms): forward host {fh:.4}, forward wait {fs:.4}, backward host {bh:.4}, \
+         backward wait {bs:.4}; step (one sync) {step:.4}"
+    );
+    // Steps back to back, one sync per 20 (a training loop that reads the loss now and then):
+    // the time per step once the host runs ahead of the GPU.
+    let mut per_step = Vec::new();
+    for _ in 0..(steps / 20).max(3) {
+        let t = Instant::now();
+        let mut kept = Vec::new();
+        for _ in 0..20 {
+            let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
+            let grads = loss.backward();
+            kept.push((x.grad(&grads), w.grad(&grads), b.grad(&grads)));
+        }
+        B::sync(device).unwrap();
+        per_step.push(ms(t) / 20.0);
+        drop(kept);
+    }
+    println!("step, 20 back to back per sync: {:.4} ms", median(per_step));
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    use burn::backend::{Autodiff, Cuda};
+    use burn_cubecl::CubeBackend;
+    use cubecl::cuda::CudaRuntime;
+    if flag("--fusion") {
+        run::<Autodiff<Cuda>>(&Default::default());
+    } else {
+        run::<Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>>(&Default::default());
+        if flag("--phases") {
+            device_times();
+        }
+    }
+}
+
+/// The forward's and the backward's time as CubeCL's `profile` measures them (it prints its
+/// timing method: on CUDA with CubeCL 0.10 it is `System`, the host's clock from a sync before
+/// the work to a sync after it), medians over the steps, raw `CubeBackend` only.
+#[cfg(feature = "cuda")]
+fn device_times() {
+    use burn::backend::Autodiff;
+    use burn_cubecl::CubeBackend;
+    use cubecl::Runtime;
+    use cubecl::cuda::CudaRuntime;
+    type B = Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>;
+    let (batch, inputs, classes, steps) = command_line();
+    let steps = steps.max(1);
+    let device = Default::default();
+    let client = CudaRuntime::client(&device);
+    let data = HeadData::random(1, batch, inputs, classes);
+    let (x, w, b, labels) = data.tensors::<B>(&device, DType::F32);
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let ms = |d: cubecl::profile::ProfileDuration| {
+        cubecl::future::block_on(d.resolve())
+            .duration()
+            .as_secs_f64()
+            * 1e3
+    };
+    let (mut fwd, mut bwd) = (Vec::new(), Vec::new());
+    for _ in 0..steps {
+        let (xf, wf, bf, lf) = (x.clone(), w.clone(), b.clone(), labels.clone());
+        let (loss, d) = client
+            .profile(move || linear_relu_cross_entropy(xf, wf, bf, lf), "forward")
+            .unwrap();
+        if fwd.is_empty() {
+            println!("timing method: {:?}", d.timing_method());
+        }
+        fwd.push(ms(d));
+        let (xb, wb, bb) = (x.clone(), w.clone(), b.clone());
+        let (kept, d) = client
+            .profile(
+                move || {
+                    let grads = loss.backward();
+                    (xb.grad(&grads), wb.grad(&grads), bb.grad(&grads))
+                },
+                "backward",
+            )
+            .unwrap();
+        bwd.push(ms(d));
+        <B as burn::tensor::backend::Backend>::sync(&device).unwrap();
+        drop(kept);
+    }
+    fwd.sort_by(f64::total_cmp);
+    bwd.sort_by(f64::total_cmp);
+    println!(
+        "CubeCL profile medians (ms): forward {:.4}, backward {:.4}",
+        fwd[steps / 2],
+        bwd[steps / 2]
+    );
+}
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    use burn::backend::{Autodiff, NdArray};
+    run::<Autodiff<NdArray<f32>>>(&Default::default());
+}

@@ -1,0 +1,177 @@
+//! The kernels on any CubeCL runtime: `CubeBackend<R, F, I, BT>` (CUDA, wgpu/Vulkan, ...).
+//!
+//! This file is the dispatch: which path runs for which shape and precision.
+//!
+//! | method | C <= 32 ([`small_classes`]) | C > 32 ([`large_classes`]) |
+//! |---|---|---|
+//! | `head_forward` | one fused kernel (stages 1, 2, loss sums), planes below B = 16384, one unit per row above | tiled Z and H, then one cube per row for the loss and dH, then the mean |
+//! | `head_backward` | one fused kernel (stages 3 to 6, per-chunk dW and db), then the chunks' sums | dZ, db, then dW and dX tiled (K split when the output has few tiles) |
+//! | `head_logits` | the forward's layouts, H only | the tiled forward, H only |
+//!
+//! With `HeadPrecision::Tf32` and a device with TF32 tensor cores, the three large-C products
+//! run on them (cubek's TMA kernel where it takes the problem, [`cubek_tf32`], else our own
+//! `cmma` kernels); the small-C path is memory-bound and always exact. The stage methods run
+//! the reference kernels ([`reference`]), which the fast path never calls. Shared launch code
+//! is in [`launch`]. The modules import downwards only: this file -> the paths -> `cubek_tf32`
+//! -> `launch`.
+
+mod cubek_tf32;
+mod large_classes;
+mod launch;
+mod reference;
+mod small_classes;
+
+use burn::tensor::TensorMetadata;
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+
+use crate::backend::{
+    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
+};
+use crate::validate;
+use launch::{check, start_queued, tf32_available, use_tf32};
+
+/// Up to this many classes, the fused small-C kernels run; above, the tiled ones. Invariant:
+/// the small-C kernels keep C values per row (and 2 C N per unit in the backward) in unrolled
+/// register arrays, and their shared memory is sized for C <= 32 (16 KiB of dZ stages).
+const SMALL_CLASSES: usize = 32;
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadBackend
+    for CubeBackend<R, F, I, BT>
+{
+    fn head_limits() -> HeadLimits {
+        launch::LIMITS
+    }
+
+    fn head_tf32_available(device: &Self::Device) -> bool {
+        tf32_available::<R>(&R::client(device))
+    }
+
+    fn head_linear_relu_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        reference::linear_relu_forward::<R, F>(x, weight, bias)
+    }
+
+    fn head_softmax_cross_entropy(
+        h: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        reference::softmax_cross_entropy::<R, F>(h, labels)
+    }
+
+    fn head_relu_backward(
+        z: FloatTensor<Self>,
+        dh: FloatTensor<Self>,
+        grad_loss: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        reference::relu_backward::<R, F>(z, dh, grad_loss)
+    }
+
+    fn head_weight_gradient(dz: FloatTensor<Self>, x: FloatTensor<Self>) -> FloatTensor<Self> {
+        reference::weight_gradient::<R, F>(dz, x)
+    }
+
+    fn head_bias_gradient(dz: FloatTensor<Self>) -> FloatTensor<Self> {
+        reference::bias_gradient::<R, F>(dz)
+    }
+
+    fn head_input_gradient(dz: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        reference::input_gradient::<R, F>(dz, weight)
+    }
+
+    fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
+        reference::mean_loss::<R, F>(loss_rows)
+    }
+
+    fn head_logits(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        precision: HeadPrecision,
+    ) -> FloatTensor<Self> {
+        let op = "head_logits";
+        check::<R, F>(op, &[&x, &weight, &bias]);
+        let (_batch, _inputs, classes) =
+            validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
+        let h = if classes > SMALL_CLASSES {
+            let tf32 = use_tf32(precision, &x);
+            large_classes::logits::<R, F>(x, weight, bias, tf32)
+        } else {
+            small_classes::logits::<R, F>(x, weight, bias)
+        };
+        start_queued::<R>(&h.device);
+        h
+    }
+
+    fn head_forward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        precision: HeadPrecision,
+    ) -> HeadForward<Self> {
+        let op = "head_forward";
+        check::<R, F>(op, &[&x, &weight, &bias]);
+        x.assert_is_on_same_device(&labels);
+        let (_batch, _inputs, classes) =
+            validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
+        validate::same_dim(
+            op,
+            "labels must be [B]",
+            &x.shape(),
+            &labels.shape(),
+            (0, 0),
+        );
+        let (loss, z, dh) = if classes > SMALL_CLASSES {
+            let tf32 = use_tf32(precision, &x);
+            large_classes::forward::<R, F>(op, x, weight, bias, labels, tf32)
+        } else {
+            small_classes::forward::<R, F>(op, x, weight, bias, labels)
+        };
+        start_queued::<R>(&loss.device);
+        HeadForward { loss, z, dh }
+    }
+
+    fn head_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        z: FloatTensor<Self>,
+        dh: FloatTensor<Self>,
+        grad_loss: FloatTensor<Self>,
+        wanted: HeadWanted,
+        precision: HeadPrecision,
+    ) -> HeadGradients<Self> {
+        let op = "head_backward";
+        check::<R, F>(op, &[&x, &weight, &z, &dh, &grad_loss]);
+        let [batch, _inputs] = validate::rank2(op, "X [B, I]", &x.shape());
+        let [classes, _] = validate::rank2(op, "W [C, I]", &weight.shape());
+        validate::same_dim(
+            op,
+            "X [B, I] and W [C, I] must share I",
+            &x.shape(),
+            &weight.shape(),
+            (1, 1),
+        );
+        validate::same_shape(op, "Z", &z.shape(), "[B, C]", &[batch, classes]);
+        validate::same_shape(op, "dH", &dh.shape(), "[B, C]", &[batch, classes]);
+        validate::same_shape(
+            op,
+            "upstream gradient",
+            &grad_loss.shape(),
+            "the loss",
+            &[1],
+        );
+        let device = x.device.clone();
+        let grads = if classes > SMALL_CLASSES {
+            let tf32 = use_tf32(precision, &x);
+            large_classes::backward(x, weight, z, dh, grad_loss, wanted, tf32)
+        } else {
+            small_classes::backward(x, weight, z, dh, grad_loss, wanted)
+        };
+        start_queued::<R>(&device);
+        grads
+    }
+}
