@@ -53,7 +53,7 @@ fn train<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model, grads);
     }
-    println!("predicted: {}", model.predict(x).slice([0..8]));
+    println!("predicted: {}", model.predict(x).narrow(0, 0, 8));
 }
 // README: end
 

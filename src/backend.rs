@@ -121,14 +121,19 @@ pub trait FusedHeadBackend: Backend {
         let bias = float::<Self, 1>(bias); // [C]
         let [batch, inputs] = x.dims();
         let classes = weight.dims()[0];
+        if batch * classes == 0 {
+            let z = zeros_or_empty::<Self, 2>([batch, classes], &x); // [B, C], no element
+            return (prim(z.clone()), prim(z));
+        }
         // Some stock matmuls divide by a zero dimension: an empty product is zeros.
-        let xw = if batch * inputs * classes == 0 {
-            Tensor::zeros([batch, classes], (&x.device(), x.dtype()))
+        let xw = if inputs == 0 {
+            zeros_or_empty::<Self, 2>([batch, classes], &x)
         } else {
             x.matmul(weight.transpose())
         }; // [B, C]
         let z = xw + bias.unsqueeze_dim(0); // [B, C]
-        let h = burn::tensor::activation::relu(z.clone()); // [B, C]
+        // ReLU as `Z <= 0 -> 0`, which keeps a NaN: NdArray's own `relu` maps NaN to 0.
+        let h = z.clone().mask_fill(z.clone().lower_equal_elem(0), 0); // [B, C]
         (prim(z), prim(h))
     }
 
@@ -202,6 +207,9 @@ pub trait FusedHeadBackend: Backend {
     ) -> FloatTensor<Self> {
         let z = float::<Self, 2>(z); // [B, C]
         let dh = float::<Self, 2>(dh); // [B, C]
+        if dh.shape().num_elements() == 0 {
+            return prim(dh); // [0, C]: nothing to mask
+        }
         let g = float::<Self, 1>(grad_loss).unsqueeze_dim::<2>(0); // [1, 1]
         prim(dh.mask_fill(z.lower_equal_elem(0), 0) * g)
     }
@@ -212,10 +220,7 @@ pub trait FusedHeadBackend: Backend {
         let x = float::<Self, 2>(x); // [B, I]
         let ([batch, classes], inputs) = (dz.dims(), x.dims()[1]);
         if batch * classes * inputs == 0 {
-            return prim(Tensor::<Self, 2>::zeros(
-                [classes, inputs],
-                (&x.device(), x.dtype()),
-            ));
+            return prim(zeros_or_empty::<Self, 2>([classes, inputs], &x)); // the empty sum
         }
         prim(dz.transpose().matmul(x)) // [C, I]
     }
@@ -223,6 +228,10 @@ pub trait FusedHeadBackend: Backend {
     /// Stage 5: `db = column_sum(dZ)`, `[C]`.
     fn head_bias_gradient(dz: FloatTensor<Self>) -> FloatTensor<Self> {
         let dz = float::<Self, 2>(dz); // [B, C]
+        let [batch, classes] = dz.dims();
+        if batch == 0 {
+            return prim(zeros_or_empty::<Self, 1>([classes], &dz)); // the sum over no rows
+        }
         prim(dz.sum_dim(0).squeeze_dim::<1>(0)) // [C]
     }
 
@@ -232,10 +241,7 @@ pub trait FusedHeadBackend: Backend {
         let weight = float::<Self, 2>(weight); // [C, I]
         let ([batch, classes], inputs) = (dz.dims(), weight.dims()[1]);
         if batch * classes * inputs == 0 {
-            return prim(Tensor::<Self, 2>::zeros(
-                [batch, inputs],
-                (&dz.device(), dz.dtype()),
-            ));
+            return prim(zeros_or_empty::<Self, 2>([batch, inputs], &dz)); // the empty sum
         }
         prim(dz.matmul(weight)) // [B, I]
     }
@@ -245,6 +251,14 @@ pub trait FusedHeadBackend: Backend {
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
         let loss_rows = float::<Self, 1>(loss_rows); // [B]
         let batch = loss_rows.dims()[0];
+        if batch == 0 {
+            let device = loss_rows.device();
+            return prim(Tensor::<Self, 1>::full(
+                [1],
+                f64::NAN,
+                (&device, loss_rows.dtype()),
+            ));
+        }
         prim(loss_rows.sum() / batch as f64) // [1]
     }
 
@@ -304,6 +318,21 @@ pub trait FusedHeadBackend: Backend {
         precision: HeadPrecision,
     ) -> FloatTensor<Self> {
         Self::head_forward(x, weight, bias, labels, precision).loss
+    }
+}
+
+/// Zeros of `shape` on `like`'s device and dtype, or, for a shape with no element, an empty
+/// tensor made without a kernel: Burn 0.21's fill of an empty tensor launches zero cubes, which
+/// CUDA refuses (`CUDA_ERROR_INVALID_VALUE`), leaving the device unusable.
+fn zeros_or_empty<B: Backend, const D: usize>(
+    shape: [usize; D],
+    like: &Tensor<B, 2>,
+) -> Tensor<B, D> {
+    let (device, dtype) = (like.device(), like.dtype());
+    if shape.iter().product::<usize>() == 0 {
+        Tensor::empty(shape, (&device, dtype))
+    } else {
+        Tensor::zeros(shape, (&device, dtype))
     }
 }
 

@@ -7,7 +7,10 @@ use burn::backend::Autodiff;
 use burn::tensor::{DType, Int, Tensor};
 use burn_fused_head::gates::run_stages;
 use burn_fused_head::reference::HeadData;
-use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy, validate_labels};
+use burn_fused_head::{
+    FusedHeadBackend, HeadPrecision, linear_relu_cross_entropy, linear_relu_cross_entropy_with,
+    linear_relu_logits_with, validate_labels,
+};
 use common::*;
 
 /// Runs `f` and returns its panic message (the test fails if it does not panic).

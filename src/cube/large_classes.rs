@@ -8,7 +8,6 @@
 //! kernel where it takes the problem ([`cubek_tf32`]), else our own `cmma` kernels.
 
 use burn::tensor::TensorMetadata;
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fused_head_kernels::large_classes as kernels;
@@ -17,7 +16,8 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::cubek_tf32::{self, Product};
 use super::launch::{
-    CUBE_UNITS, by_label_type, elementwise, empty, mean_of_parts, partial_sum, vector_size,
+    CUBE_UNITS, by_label_type, contiguous, elementwise, empty, mean_of_parts, partial_sum,
+    vector_size,
 };
 use crate::backend::{HeadGradients, HeadWanted};
 
@@ -60,11 +60,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
     bias: CubeTensor<R>,
     tf32: bool,
 ) -> CubeTensor<R> {
-    let (x, weight, bias) = (
-        into_contiguous(x),
-        into_contiguous(weight),
-        into_contiguous(bias),
-    );
+    let (x, weight, bias) = (contiguous(x), contiguous(weight), contiguous(bias));
     if let Some(h) = tf32.then(|| cubek_logits_product(&x, &weight)).flatten() {
         if let Some((count, dim)) = elementwise(&h, h.shape().num_elements()) {
             // SAFETY: the kernel guards every access by the product's length; it and b are
@@ -92,11 +88,7 @@ fn linear_relu<R: CubeRuntime, F: FloatElement>(
     bias: CubeTensor<R>,
     tf32: bool,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
-    let (x, weight, bias) = (
-        into_contiguous(x),
-        into_contiguous(weight),
-        into_contiguous(bias),
-    );
+    let (x, weight, bias) = (contiguous(x), contiguous(weight), contiguous(bias));
     let [batch, classes] = [x.shape()[0], weight.shape()[0]];
     if let Some(z) = tf32.then(|| cubek_logits_product(&x, &weight)).flatten() {
         let h = empty::<R>(&z, [batch, classes]); // [B, C]
@@ -192,7 +184,7 @@ fn softmax_cross_entropy<R: CubeRuntime, F: FloatElement>(
     labels: CubeTensor<R>,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let [batch, classes] = [h.shape()[0], h.shape()[1]];
-    let labels = into_contiguous(labels);
+    let labels = contiguous(labels);
     let loss = empty::<R>(&h, [batch]); // [B]
     let dh = empty::<R>(&h, [batch, classes]); // [B, C]
     if batch > 0 {
@@ -240,7 +232,7 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
     tf32: bool,
 ) -> HeadGradients<CubeBackend<R, F, I, BT>> {
     let dz = masked_gradient::<R, F>(z, dh, grad_loss); // [B, C]
-    let (x, weight) = (into_contiguous(x), into_contiguous(weight));
+    let (x, weight) = (contiguous(x), contiguous(weight));
     let [batch, classes] = [dz.shape()[0], dz.shape()[1]];
     let inputs = x.shape()[1];
     HeadGradients {
@@ -276,11 +268,7 @@ fn masked_gradient<R: CubeRuntime, F: FloatElement>(
     dh: CubeTensor<R>,
     grad_loss: CubeTensor<R>,
 ) -> CubeTensor<R> {
-    let (z, dh, grad_loss) = (
-        into_contiguous(z),
-        into_contiguous(dh),
-        into_contiguous(grad_loss),
-    );
+    let (z, dh, grad_loss) = (contiguous(z), contiguous(dh), contiguous(grad_loss));
     let dz = empty::<R>(&z, z.shape()); // [B, C]
     if let Some((count, dim)) = elementwise(&z, dz.shape().num_elements()) {
         // SAFETY: the kernel guards every access by dZ's length; Z, dH and dZ are contiguous

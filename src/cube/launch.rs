@@ -47,6 +47,18 @@ pub(super) fn check<R: CubeRuntime, F: FloatElement>(op: &str, tensors: &[&CubeT
     validate::element_counts(op, &LIMITS, &counts);
 }
 
+/// `t` made contiguous; without a kernel where it has no element (an empty batch): Burn's copy
+/// of an empty view launches zero cubes, which CUDA refuses (`CUDA_ERROR_INVALID_VALUE`),
+/// leaving the device's server unusable.
+pub(super) fn contiguous<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
+    if t.shape().num_elements() == 0 {
+        let shape = t.shape();
+        empty_device_contiguous_dtype(t.client.clone(), t.device.clone(), shape, t.dtype)
+    } else {
+        burn_cubecl::kernel::into_contiguous(t)
+    }
+}
+
 /// A new contiguous float tensor of `shape` on `like`'s device.
 pub(super) fn empty<R: CubeRuntime>(
     like: &CubeTensor<R>,

@@ -6,14 +6,15 @@
 //! A launch with no work is skipped.
 
 use burn::tensor::TensorMetadata;
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeRuntime, FloatElement, IntElement};
 use burn_fused_head_kernels::reference as stage;
 use cubecl::CubeDim;
 use cubecl::server::CubeCountSelection;
 
-use super::launch::{CUBE_UNITS, by_label_type, check, elementwise, empty, mean_of_parts};
+use super::launch::{
+    CUBE_UNITS, by_label_type, check, contiguous, elementwise, empty, mean_of_parts,
+};
 use crate::validate;
 
 /// Stage 1: `(Z, H)`, `[B, C]` each; one unit per element.
@@ -26,11 +27,7 @@ pub(super) fn linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     check::<R, F>(op, &[&x, &weight, &bias]);
     let (batch, _inputs, classes) =
         validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
-    let (x, weight, bias) = (
-        into_contiguous(x),
-        into_contiguous(weight),
-        into_contiguous(bias),
-    );
+    let (x, weight, bias) = (contiguous(x), contiguous(weight), contiguous(bias));
     let z = empty::<R>(&x, [batch, classes]); // [B, C]
     let h = empty::<R>(&x, [batch, classes]); // [B, C]
     if let Some((count, dim)) = elementwise(&x, batch * classes) {
@@ -64,7 +61,7 @@ pub(super) fn softmax_cross_entropy<R: CubeRuntime, F: FloatElement>(
         &labels.shape(),
         (0, 0),
     );
-    let (h, labels) = (into_contiguous(h), into_contiguous(labels));
+    let (h, labels) = (contiguous(h), contiguous(labels));
     let loss = empty::<R>(&h, [batch]); // [B]
     let dh = empty::<R>(&h, [batch, classes]); // [B, C]
     if batch > 0 {
@@ -114,11 +111,7 @@ pub(super) fn relu_backward<R: CubeRuntime, F: FloatElement>(
         "the loss",
         &[1],
     );
-    let (z, dh, grad_loss) = (
-        into_contiguous(z),
-        into_contiguous(dh),
-        into_contiguous(grad_loss),
-    );
+    let (z, dh, grad_loss) = (contiguous(z), contiguous(dh), contiguous(grad_loss));
     let [batch, classes] = validate::rank2(op, "Z [B, C]", &z.shape());
     let dz = empty::<R>(&z, [batch, classes]); // [B, C]
     if let Some((count, dim)) = elementwise(&z, batch * classes) {
@@ -151,7 +144,7 @@ pub(super) fn weight_gradient<R: CubeRuntime, F: FloatElement>(
         &x.shape(),
         (0, 0),
     );
-    let (dz, x) = (into_contiguous(dz), into_contiguous(x));
+    let (dz, x) = (contiguous(dz), contiguous(x));
     let dw = empty::<R>(&x, [classes, inputs]); // [C, I]
     if let Some((count, dim)) = elementwise(&x, classes * inputs) {
         stage::weight_gradient::weight_gradient::launch::<F, R>(
@@ -171,7 +164,7 @@ pub(super) fn bias_gradient<R: CubeRuntime, F: FloatElement>(dz: CubeTensor<R>) 
     let op = "bias_gradient";
     check::<R, F>(op, &[&dz]);
     let [_batch, classes] = validate::rank2(op, "dZ [B, C]", &dz.shape());
-    let dz = into_contiguous(dz);
+    let dz = contiguous(dz);
     let db = empty::<R>(&dz, [classes]); // [C]
     if classes > 0 {
         // One cube per class; with B = 0 each cube writes 0, the sum over no rows.
@@ -204,7 +197,7 @@ pub(super) fn input_gradient<R: CubeRuntime, F: FloatElement>(
         &weight.shape(),
         (1, 0),
     );
-    let (dz, weight) = (into_contiguous(dz), into_contiguous(weight));
+    let (dz, weight) = (contiguous(dz), contiguous(weight));
     let dx = empty::<R>(&dz, [batch, inputs]); // [B, I]
     if let Some((count, dim)) = elementwise(&dz, batch * inputs) {
         stage::input_gradient::input_gradient::launch::<F, R>(
@@ -225,5 +218,5 @@ pub(super) fn mean_loss<R: CubeRuntime, F: FloatElement>(
 ) -> CubeTensor<R> {
     check::<R, F>("mean_loss", &[&loss_rows]);
     let batch = loss_rows.shape()[0];
-    mean_of_parts::<R, F>(into_contiguous(loss_rows), batch)
+    mean_of_parts::<R, F>(contiguous(loss_rows), batch)
 }

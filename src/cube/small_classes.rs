@@ -8,14 +8,14 @@
 //! - [`BackwardGeometry`]: the backward's vector width, load groups, units and row chunks.
 
 use burn::tensor::TensorMetadata;
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fused_head_kernels::small_classes as kernels;
 use cubecl::{CubeCount, CubeDim};
 
 use super::launch::{
-    CUBE_UNITS, by_label_type, empty, mean_of_parts, partial_sum, partial_sum_pair, vector_size,
+    CUBE_UNITS, by_label_type, contiguous, empty, mean_of_parts, partial_sum, partial_sum_pair,
+    vector_size,
 };
 use crate::backend::{HeadGradients, HeadWanted};
 
@@ -136,10 +136,10 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement>(
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let (batch, inputs, classes) = (x.shape()[0], x.shape()[1], weight.shape()[0]);
     let (x, weight, bias, labels) = (
-        into_contiguous(x),
-        into_contiguous(weight),
-        into_contiguous(bias),
-        into_contiguous(labels),
+        contiguous(x),
+        contiguous(weight),
+        contiguous(bias),
+        contiguous(labels),
     );
     let z = empty::<R>(&x, [batch, classes]); // [B, C]
     let dh = empty::<R>(&x, [batch, classes]); // [B, C]
@@ -240,11 +240,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
     bias: CubeTensor<R>,
 ) -> CubeTensor<R> {
     let (batch, inputs, classes) = (x.shape()[0], x.shape()[1], weight.shape()[0]);
-    let (x, weight, bias) = (
-        into_contiguous(x),
-        into_contiguous(weight),
-        into_contiguous(bias),
-    );
+    let (x, weight, bias) = (contiguous(x), contiguous(weight), contiguous(bias));
     let h = empty::<R>(&x, [batch, classes]); // [B, C]
     if batch == 0 {
         return h;
@@ -345,11 +341,11 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
 ) -> HeadGradients<CubeBackend<R, F, I, BT>> {
     let (batch, inputs, classes) = (x.shape()[0], x.shape()[1], weight.shape()[0]);
     let (x, weight, z, dh, grad_loss) = (
-        into_contiguous(x),
-        into_contiguous(weight),
-        into_contiguous(z),
-        into_contiguous(dh),
-        into_contiguous(grad_loss),
+        contiguous(x),
+        contiguous(weight),
+        contiguous(z),
+        contiguous(dh),
+        contiguous(grad_loss),
     );
     let geometry = BackwardGeometry::new(batch, inputs, classes);
     let chunks = geometry.chunks;

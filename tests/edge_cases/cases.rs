@@ -1,8 +1,7 @@
 /// Shape mismatches are refused before anything runs, naming the shapes.
 #[test]
 fn mismatched_shapes_are_refused_naming_them() {
-    let device = &device();
-    let device = device.clone();
+    let device = device();
     // (B, I of X, I of W, C of W, length of b, length of labels)
     let tensors = move |[b, i, wi, c, bc, nl]: [usize; 6]| {
         let f = |shape: [usize; 2]| Tensor::<B, 2>::zeros(shape, (&device, DType::F32));
@@ -72,7 +71,7 @@ fn an_empty_batch_gives_nan_loss_and_zero_gradients() {
     let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels);
     let grads = loss.backward();
     assert!(to_f64(loss)[0].is_nan());
-    // dX is empty: its shape is checked, not its (zero) bytes, which CUDA cannot read back.
+    // dX is empty: [0, I] (its reading back is checked with every subset tracked, below).
     assert_eq!(x.grad(&grads).unwrap().dims(), [0, 4]);
     let (dw, db) = (
         to_f64(w.grad(&grads).unwrap()),
@@ -207,7 +206,7 @@ fn same_bits_across_calls_threads_and_processes() {
     assert_eq!(fingerprint::<B>(device), serial, "a repeated call differs");
     let threads: Vec<_> = (0..2)
         .map(|_| {
-            let device = device.clone();
+            let device = self::device();
             std::thread::spawn(move || fingerprint::<B>(&device))
         })
         .collect();
@@ -251,8 +250,12 @@ fn long_training_stays_finite_and_memory_does_not_grow() {
     use burn_fused_head::FusedHeadConfig;
     type A<B> = Autodiff<B>;
     let data = HeadData::random(71, 32, 16, 8);
-    let (x, _, _, labels) = data.tensors::<A<B>>(device, DType::F32);
+    let (x, w, b, labels) = data.tensors::<A<B>>(device, DType::F32);
+    // W and b from the data, in f32 whatever the device's default dtype (another test may have
+    // made the CPU device's default f64 for its reference).
     let mut head = FusedHeadConfig::new(16, 8).init::<A<B>>(device);
+    head.weight = burn::module::Param::from_tensor(w);
+    head.bias = burn::module::Param::from_tensor(b);
     let mut optim = SgdConfig::new().init();
     let mut after_warmup = None;
     let steps = LONG_RUN_STEPS;
@@ -277,6 +280,122 @@ fn long_training_stays_finite_and_memory_does_not_grow() {
                     )
                 }
                 _ => {}
+            }
+        }
+    }
+}
+
+/// B = 0 with every subset of X, W and b tracked, on both paths and in both precisions: the
+/// loss is NaN, dW and db read back as zeros, dX is `[0, I]` and the logits `[0, C]` on the
+/// autodiff and the inner backend, no launch is refused, and a normal call right after
+/// succeeds. (The empty tensors are checked by shape: Burn 0.21 on CUDA with fusion can fail to
+/// read an empty tensor back, a bytemuck alignment panic inside `into_data`.)
+#[test]
+fn an_empty_batch_works_with_every_tracked_subset_and_the_device_stays_usable() {
+    let device = &device();
+    type A = Autodiff<B>;
+    for classes in [3, 40] {
+        for precision in [HeadPrecision::Exact, HeadPrecision::Tf32] {
+            for tracked in 0..8u8 {
+                let context =
+                    format!("C = {classes}, {precision:?}, tracked X W b = {tracked:03b}");
+                let data = HeadData::random(49, 0, 4, classes);
+                let (x, w, b, labels) = data.tensors::<A>(device, DType::F32);
+                let x = if tracked & 4 != 0 {
+                    x.require_grad()
+                } else {
+                    x
+                };
+                let w = if tracked & 2 != 0 {
+                    w.require_grad()
+                } else {
+                    w
+                };
+                let b = if tracked & 1 != 0 {
+                    b.require_grad()
+                } else {
+                    b
+                };
+                let loss = linear_relu_cross_entropy_with(
+                    x.clone(),
+                    w.clone(),
+                    b.clone(),
+                    labels,
+                    precision,
+                );
+                assert!(to_f64(loss.clone())[0].is_nan(), "{context}: loss");
+                if tracked != 0 {
+                    let grads = loss.backward();
+                    if let Some(dx) = x.grad(&grads) {
+                        assert_eq!(dx.dims(), [0, 4], "{context}: dX");
+                    }
+                    for (name, grad) in [
+                        ("dW", w.grad(&grads).map(to_f64)),
+                        ("db", b.grad(&grads).map(to_f64)),
+                    ] {
+                        if let Some(grad) = grad {
+                            assert!(grad.iter().all(|v| *v == 0.0), "{context}: {name} {grad:?}");
+                        }
+                    }
+                }
+                let h = linear_relu_logits_with(x.clone(), w.clone(), b.clone(), precision);
+                assert_eq!(h.dims(), [0, classes], "{context}: logits");
+                let h = linear_relu_logits_with(x.inner(), w.inner(), b.inner(), precision);
+                assert_eq!(h.dims(), [0, classes], "{context}: inner logits");
+            }
+        }
+        let data = HeadData::random(50, 5, 4, classes);
+        let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+        let loss = to_f64(linear_relu_cross_entropy(x, w, b, labels))[0];
+        assert!(
+            loss.is_finite(),
+            "C = {classes}: the call after the empty batches: {loss}"
+        );
+    }
+}
+
+/// A NaN in X, W or b reaches the loss at every width from C = 1 to 64 and at C = 300 (both
+/// paths, both precisions above C = 32), and an infinity gives what the reference gives (NaN
+/// where `inf - inf` or `0 * inf` arises, a number where ReLU clamps `-inf` to 0).
+#[test]
+fn nan_and_infinity_reach_the_loss_at_every_width() {
+    let device = &device();
+    for classes in (1..=64).chain([300]) {
+        for (what, value) in [
+            ("X", f32::NAN),
+            ("W", f32::NAN),
+            ("b", f32::NAN),
+            ("X", f32::INFINITY),
+            ("W", f32::NEG_INFINITY),
+        ] {
+            let mut data = HeadData::random(54 + classes as u64, 5, 7, classes);
+            match what {
+                "X" => data.x[8] = value,
+                "W" => data.weight[classes * 7 / 2] = value,
+                _ => data.bias[classes / 2] = value,
+            }
+            let want = reference_stages(&data, 1.0).loss;
+            assert!(
+                !value.is_nan() || want.is_nan(),
+                "the reference dropped a NaN"
+            );
+            let precisions: &[HeadPrecision] = if classes > 32 {
+                &[HeadPrecision::Exact, HeadPrecision::Tf32]
+            } else {
+                &[HeadPrecision::Exact]
+            };
+            for &precision in precisions {
+                let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
+                let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
+                    linear_relu_cross_entropy_with(x, w, b, l, precision)
+                });
+                assert_eq!(
+                    got.loss.is_nan(),
+                    want.is_nan(),
+                    "C = {classes}, {what} = {value}, {precision:?}: loss {} against the \
+                     reference's {want}",
+                    got.loss
+                );
             }
         }
     }

@@ -1,0 +1,6 @@
+/// Random cases of the whole op, each within the seed's gate of the f64 reference.
+#[test]
+fn random_cases_match_the_reference() {
+    let ran = fuzz::<B>(&device(), CASES);
+    assert!(ran > 0, "no case ran");
+}
