@@ -17,8 +17,9 @@
 //! and on the raw `CubeBackend` (fusion off), plus our op with `HeadPrecision::Tf32` on both
 //! where C > 32 (its floor counts the GEMMs at the TF32 tensor-core rate).
 //!
-//! Quick looks while tuning (never a source for BENCHMARKS.md): `--ours-only` (our CUDA
-//! contenders, no memory column), `--tf32-only` (our TF32 contenders, no memory column) and
+//! Partial runs: `--ours-only` (our CUDA contenders, with their memory; stock Burn's autotune
+//! takes 1 to 2 minutes per shape and process), `--tf32-only` (our TF32 contenders, no memory
+//! column, a quick look while tuning) and
 //! `--shape B,I,C` (repeatable: those shapes only). A memory figure that could not be measured
 //! says why in its cell.
 //! `--logits`: the head's output alone (`linear_relu_logits`, exact and TF32) against stage 1's
@@ -159,6 +160,12 @@ fn floor_ms((b, i, c): (usize, usize, usize), tf32: bool) -> f64 {
 }
 
 /// The shape's name in every row: `b65536_i1024_c10`.
+/// Bytes of the inputs and the gradients of a step (f32, labels as i32): what every contender
+/// must hold, left out of the extra memory.
+fn held_bytes((b, i, c): (usize, usize, usize)) -> f64 {
+    4.0 * (2.0 * (b * i) as f64 + 2.0 * (c * i) as f64 + 2.0 * c as f64 + b as f64)
+}
+
 fn shape_name((b, i, c): (usize, usize, usize)) -> String {
     format!("b{b}_i{i}_c{c}")
 }
@@ -168,7 +175,10 @@ fn print_header(device_name: &str) {
         "\nDevice: {device_name}. Times in ms (median, p20/p80). `vs stock` = stock step median / this step median on the same backend (> 1: faster than stock)."
     );
     println!(
-        "| shape | contender | first call | step | step p20/p80 | fwd | bwd | vs stock | memory (MiB) | floor | % of floor |"
+        "`extra MiB` = the bytes CubeCL's pool holds after a step (its high-water mark, in pages) minus the inputs and the gradients (X, W, b, labels, dX, dW, db), as PyTorch's peak extra memory counts them; the pool's total in brackets. Our rows at C > 32 add the 32 MiB cuBLASLt workspace, allocated outside the pool."
+    );
+    println!(
+        "| shape | contender | first call | step | step p20/p80 | fwd | bwd | vs stock | extra MiB [pool] | floor | % of floor |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
 }
@@ -209,7 +219,16 @@ fn print_rows(rows: &[Row], on_h200: bool) {
                 .map(|s| format!("{:.2}x", s / row.step.median))
                 .unwrap_or_default(),
             match &row.memory {
-                Ok(m) => format!("{:.1}", *m as f64 / (1 << 20) as f64),
+                Ok(m) => {
+                    let mib = |bytes: f64| bytes / (1 << 20) as f64;
+                    let workspace = if row.contender.starts_with("ours") && row.shape.2 > 32 {
+                        (32u64 << 20) as f64
+                    } else {
+                        0.0
+                    };
+                    let extra = *m as f64 + workspace - held_bytes(row.shape);
+                    format!("{:.1} [{:.1}]", mib(extra), mib(*m as f64))
+                }
                 Err(why) => format!("not measured: {why}"),
             },
         );
@@ -435,6 +454,7 @@ fn main() {
     shapes.extend([1024, 16384].map(|b| (b, 1024, 10)));
     shapes.extend([10, 100, 1000, 8000].map(|c| (8192, 1024, c)));
     shapes.push((8192, 4096, 32000));
+    shapes.push((8192, 4096, 128256));
     // `--shape B,I,C` (repeatable): those shapes only, in that order (a quick look while
     // tuning, or the full list split over several runs).
     let picked: Vec<(usize, usize, usize)> = args
@@ -456,8 +476,8 @@ fn main() {
         logits_rows(&shapes, args.iter().any(|a| a == "--ours-only"));
         return;
     }
-    // `--ours-only`, `--tf32-only`: quick looks at our contenders while tuning (no stock, no
-    // memory); never the source of BENCHMARKS.md.
+    // `--ours-only`: our contenders alone (no stock ratio); `--tf32-only`: a quick look while
+    // tuning (no memory).
     let ours_only = args.iter().any(|a| a == "--ours-only");
     let tf32_only = args.iter().any(|a| a == "--tf32-only");
     print_header("CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32");
@@ -472,7 +492,7 @@ fn main() {
                 let Measured::Row(mut row) = cuda_contender(which, &data, false) else {
                     unreachable!("a timing run returns its row")
                 };
-                row.memory = if ours_only || tf32_only {
+                row.memory = if tf32_only {
                     Err("quick look".to_string())
                 } else {
                     memory_in_fresh_process(which, shape)

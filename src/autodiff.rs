@@ -1,5 +1,7 @@
-//! `Autodiff<B, C>`: B's fused forward, and one backward step running B's fused backward
-//! (stages 3 to 6).
+//! `Autodiff<B, C>`: B's fused forward, and one backward step. Where B computes the gradients
+//! in the forward pass ([`FusedHeadBackend::head_gradients_in_forward`], the CubeCL backends at
+//! C > 32), the step scales them by the upstream gradient; elsewhere it runs B's fused
+//! backward (stages 3 to 6) from the Z and dH the forward pass kept.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -7,9 +9,10 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
-use crate::backend::{FusedHeadBackend, HeadLimits, HeadPrecision, HeadWanted};
+use crate::backend::{FusedHeadBackend, HeadGradients, HeadLimits, HeadPrecision, HeadWanted};
 
 /// Only the loss is overridden: the stages keep their stock-op bodies on `Autodiff`, which
 /// autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
@@ -20,6 +23,10 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
 
     fn head_tf32_available(device: &Self::Device) -> bool {
         B::head_tf32_available(device)
+    }
+
+    fn head_gradients_in_forward(batch: usize, inputs: usize, classes: usize) -> bool {
+        B::head_gradients_in_forward(batch, inputs, classes)
     }
 
     fn linear_relu_cross_entropy(
@@ -70,6 +77,12 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
             }
         }
 
+        let (x_shape, classes) = (x.primitive.shape(), weight.primitive.shape()[0]);
+        if x_shape.num_dims() == 2 && B::head_gradients_in_forward(x_shape[0], x_shape[1], classes)
+        {
+            return gradients_in_forward::<B, C>(x, weight, bias, labels, precision);
+        }
+
         // Compute bound: keep Z and dH from the forward pass rather than recompute the GEMM
         // under a checkpointing strategy. Labels are integers: not a parent, never differentiated.
         match HeadBackward(precision)
@@ -98,4 +111,93 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
             )),
         }
     }
+}
+
+/// The tracked op where B computes the gradients in the forward pass: the backward step scales
+/// them by the upstream gradient `g` `[1]` (the loss is a scalar, so `d(g loss) = g d(loss)`).
+fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<B, C>>,
+    weight: FloatTensor<Autodiff<B, C>>,
+    bias: FloatTensor<Autodiff<B, C>>,
+    labels: IntTensor<Autodiff<B, C>>,
+    precision: HeadPrecision,
+) -> FloatTensor<Autodiff<B, C>> {
+    /// The backward step: scale and register.
+    #[derive(Debug)]
+    struct ScaleGradients;
+
+    impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
+        /// dX, dW and db for a unit upstream gradient, those of the tracked inputs.
+        type State = HeadGradients<B>;
+
+        fn backward(
+            self,
+            ops: Ops<Self::State, 3>,
+            grads: &mut Gradients,
+            _checkpointer: &mut Checkpointer,
+        ) {
+            let [node_x, node_weight, node_bias] = ops.parents;
+            let grad_loss = grads.consume::<B>(&ops.node); // [1]
+            let state = ops.state;
+            for (node, grad) in [
+                (node_x, state.x),
+                (node_weight, state.weight),
+                (node_bias, state.bias),
+            ] {
+                if let (Some(node), Some(grad)) = (node, grad) {
+                    grads.register::<B>(node.id, scale::<B>(grad, grad_loss.clone()));
+                }
+            }
+        }
+    }
+
+    let wanted = HeadWanted {
+        x: !x.node.requirement.is_none(),
+        weight: !weight.node.requirement.is_none(),
+        bias: !bias.node.requirement.is_none(),
+    };
+    // The gradients are the state: never recomputed (that would be the whole op again).
+    match ScaleGradients
+        .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let (loss, grads) = B::head_loss_and_gradients(
+                x.primitive,
+                weight.primitive,
+                bias.primitive,
+                labels,
+                wanted,
+                precision,
+            );
+            prep.finish(grads, loss)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(B::linear_relu_cross_entropy(
+            x.primitive,
+            weight.primitive,
+            bias.primitive,
+            labels,
+            precision,
+        )),
+    }
+}
+
+/// `grad * g`, g `[1]` broadcast over `grad`.
+fn scale<B: FusedHeadBackend>(grad: FloatTensor<B>, g: FloatTensor<B>) -> FloatTensor<B> {
+    use burn::tensor::{Tensor, TensorPrimitive};
+    let shape = grad.shape();
+    if shape.num_elements() == 0 {
+        return grad; // [0, I] (B = 0): broadcasting against g [1, 1] would make it [1, I]
+    }
+    let rank = shape.num_dims();
+    let grad = TensorPrimitive::Float(grad);
+    let g = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(g)); // [1]
+    let out = match rank {
+        1 => Tensor::<B, 1>::from_primitive(grad).mul(g).into_primitive(),
+        _ => Tensor::<B, 2>::from_primitive(grad)
+            .mul(g.unsqueeze_dim::<2>(0))
+            .into_primitive(),
+    };
+    out.tensor()
 }

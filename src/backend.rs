@@ -38,6 +38,18 @@ impl HeadWanted {
         weight: true,
         bias: true,
     };
+
+    /// No gradient: the loss alone.
+    pub const NONE: Self = Self {
+        x: false,
+        weight: false,
+        bias: false,
+    };
+
+    /// Whether any gradient is wanted.
+    pub fn any(self) -> bool {
+        self.x || self.weight || self.bias
+    }
 }
 
 /// The gradients of one backward pass, scaled by the upstream gradient; `None` where not
@@ -307,9 +319,38 @@ pub trait FusedHeadBackend: Backend {
         }
     }
 
-    /// The loss alone, `[1]`. [`Autodiff`](burn::backend::Autodiff) overrides this with
-    /// [`head_forward`](Self::head_forward) and a backward step that runs
-    /// [`head_backward`](Self::head_backward).
+    /// Whether, for X `[batch, inputs]` and C = `classes`, the op computes the gradients in the
+    /// forward pass ([`head_loss_and_gradients`](Self::head_loss_and_gradients)) rather than
+    /// keep Z and dH for a backward pass. [`Autodiff`](burn::backend::Autodiff) asks this to
+    /// choose. The default (stock ops) is false; the CubeCL backends say true for C > 32, where
+    /// they stream the batch in chunks of rows and never hold a `[B, C]` tensor.
+    fn head_gradients_in_forward(batch: usize, inputs: usize, classes: usize) -> bool {
+        let _ = (batch, inputs, classes);
+        false
+    }
+
+    /// The loss `[1]` and, for a unit upstream gradient, the wanted gradients, in one call
+    /// (with [`HeadWanted::NONE`], the loss alone). [`Autodiff`](burn::backend::Autodiff) runs
+    /// this in the forward pass where [`head_gradients_in_forward`](Self::head_gradients_in_forward)
+    /// says so, and scales the gradients by the upstream gradient in its backward step: the
+    /// loss is a scalar, so that is the exact gradient.
+    ///
+    /// The default runs [`head_forward`](Self::head_forward), then, if any gradient is wanted,
+    /// [`head_backward`](Self::head_backward) with an upstream gradient of 1.
+    fn head_loss_and_gradients(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        wanted: HeadWanted,
+        precision: HeadPrecision,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
+        forward_then_backward::<Self>(x, weight, bias, labels, wanted, precision)
+    }
+
+    /// The loss alone, `[1]`: [`head_loss_and_gradients`](Self::head_loss_and_gradients) with
+    /// no gradient wanted. [`Autodiff`](burn::backend::Autodiff) overrides this with a tracked
+    /// op whose backward step produces the gradients.
     fn linear_relu_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -317,7 +358,39 @@ pub trait FusedHeadBackend: Backend {
         labels: IntTensor<Self>,
         precision: HeadPrecision,
     ) -> FloatTensor<Self> {
-        Self::head_forward(x, weight, bias, labels, precision).loss
+        Self::head_loss_and_gradients(x, weight, bias, labels, HeadWanted::NONE, precision).0
+    }
+}
+
+/// [`FusedHeadBackend::head_loss_and_gradients`]'s default: B's forward, then, if any gradient
+/// is wanted, B's backward with an upstream gradient of 1.
+pub(crate) fn forward_then_backward<B: FusedHeadBackend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    labels: IntTensor<B>,
+    wanted: HeadWanted,
+    precision: HeadPrecision,
+) -> (FloatTensor<B>, HeadGradients<B>) {
+    if !wanted.any() {
+        let loss = B::head_forward(x, weight, bias, labels, precision).loss;
+        return (loss, HeadGradients::none());
+    }
+    let fwd = B::head_forward(x.clone(), weight.clone(), bias, labels, precision);
+    let loss = float::<B, 1>(fwd.loss); // [1]
+    let one = Tensor::<B, 1>::ones([1], (&loss.device(), loss.dtype())); // [1]
+    let grads = B::head_backward(x, weight, fwd.z, fwd.dh, prim(one), wanted, precision);
+    (prim(loss), grads)
+}
+
+impl<B: Backend> HeadGradients<B> {
+    /// No gradient.
+    pub fn none() -> Self {
+        Self {
+            x: None,
+            weight: None,
+            bias: None,
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use crate::backend::{
 enum Stage {
     Forward(HeadPrecision),
     Backward(HeadWanted, HeadPrecision),
+    LossAndGradients(HeadWanted, HeadPrecision),
     Logits(HeadPrecision),
     LinearReluForward,
     SoftmaxCrossEntropy,
@@ -36,6 +37,8 @@ impl Stage {
             Stage::Forward(HeadPrecision::Tf32) => "fused_head_forward_tf32",
             Stage::Backward(_, HeadPrecision::Exact) => "fused_head_backward",
             Stage::Backward(_, HeadPrecision::Tf32) => "fused_head_backward_tf32",
+            Stage::LossAndGradients(_, HeadPrecision::Exact) => "fused_head_loss_and_gradients",
+            Stage::LossAndGradients(_, HeadPrecision::Tf32) => "fused_head_loss_and_gradients_tf32",
             Stage::Logits(HeadPrecision::Exact) => "fused_head_logits",
             Stage::Logits(HeadPrecision::Tf32) => "fused_head_logits_tf32",
             Stage::LinearReluForward => "fused_head_linear_relu_forward",
@@ -83,6 +86,22 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                     precision,
                 );
                 [grads.x, grads.weight, grads.bias]
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            }
+            Stage::LossAndGradients(wanted, precision) => {
+                let labels = handles.get_int_tensor::<B>(&inputs[3]);
+                let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
+                let (loss, grads) = B::head_loss_and_gradients(
+                    float(0),
+                    float(1),
+                    float(2),
+                    labels,
+                    wanted,
+                    precision,
+                );
+                [Some(loss), grads.x, grads.weight, grads.bias]
                     .into_iter()
                     .flatten()
                     .collect()
@@ -151,6 +170,52 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
 
     fn head_tf32_available(device: &Self::Device) -> bool {
         B::head_tf32_available(device)
+    }
+
+    fn head_gradients_in_forward(batch: usize, inputs: usize, classes: usize) -> bool {
+        B::head_gradients_in_forward(batch, inputs, classes)
+    }
+
+    fn head_loss_and_gradients(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        wanted: HeadWanted,
+        precision: HeadPrecision,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
+        let (batch, inputs, classes) = crate::validate::linear_shapes(
+            "head_loss_and_gradients",
+            &x.shape,
+            &weight.shape,
+            &bias.shape,
+        );
+        // Outputs: the loss, then x, weight, bias, only those wanted.
+        let shapes: Vec<Shape> = [
+            (true, Shape::new([1])),
+            (wanted.x, Shape::new([batch, inputs])),
+            (wanted.weight, Shape::new([classes, inputs])),
+            (wanted.bias, Shape::new([classes])),
+        ]
+        .into_iter()
+        .filter_map(|(want, shape)| want.then_some(shape))
+        .collect();
+        let client = x.client.clone();
+        let mut outputs = register::<B>(
+            Stage::LossAndGradients(wanted, precision),
+            vec![x, weight, bias, labels],
+            &shapes,
+        )
+        .into_iter();
+        start_queued(&client);
+        let loss = outputs.next().expect("the loss");
+        let mut next = |want: bool| want.then(|| outputs.next().expect("a wanted output"));
+        let grads = HeadGradients {
+            x: next(wanted.x),
+            weight: next(wanted.weight),
+            bias: next(wanted.bias),
+        };
+        (loss, grads)
     }
 
     fn head_linear_relu_forward(

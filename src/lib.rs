@@ -51,6 +51,7 @@ pub mod gates;
 mod module;
 mod ops;
 pub mod reference;
+pub mod testing;
 mod validate;
 #[cfg(feature = "wgpu")]
 pub mod vulkan;

@@ -15,7 +15,7 @@ use burn::module::Param;
 use burn::nn::Linear;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
-use burn_fused_head::gates::{GATE_NAMES, run_fast_path, run_stages, run_stages_tf32};
+use burn_fused_head::gates::{GATE_NAMES, gate, run_fast_path, run_stages, run_stages_tf32};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
 use burn_fused_head::{
     FusedHeadBackend, HeadPrecision, HeadWanted, linear_relu_cross_entropy,

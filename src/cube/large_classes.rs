@@ -326,7 +326,7 @@ fn split_k(m: usize, n: usize, k: usize, depth: usize) -> (usize, usize) {
 /// `kernels::large_classes::matmul` for the two layout flags `[a_k_contiguous,
 /// b_k_contiguous]`. An output with few tiles splits K into slices added in order by
 /// `partial_sum`. With `tf32` and no split, cubek's TF32 kernel where it takes the problem.
-fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
+pub(super) fn tiled_matmul<R: CubeRuntime, F: FloatElement>(
     a: &CubeTensor<R>,
     b: &CubeTensor<R>,
     [m, n]: [usize; 2],

@@ -16,10 +16,13 @@
 //! -> `launch`.
 
 mod cubek_tf32;
+#[cfg(feature = "cuda")]
+mod cublaslt;
 mod large_classes;
 mod launch;
 mod reference;
 mod small_classes;
+pub(crate) mod streamed;
 
 use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{FloatTensor, IntTensor};
@@ -27,6 +30,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use crate::backend::{
     FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
+    forward_then_backward,
 };
 use crate::validate;
 use launch::{check, start_queued, tf32_available, use_tf32};
@@ -45,6 +49,43 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
 
     fn head_tf32_available(device: &Self::Device) -> bool {
         tf32_available::<R>(&R::client(device))
+    }
+
+    fn head_gradients_in_forward(_batch: usize, _inputs: usize, classes: usize) -> bool {
+        classes > SMALL_CLASSES
+    }
+
+    fn head_loss_and_gradients(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        wanted: HeadWanted,
+        precision: HeadPrecision,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
+        let op = "head_loss_and_gradients";
+        check::<R, F>(op, &[&x, &weight, &bias]);
+        x.assert_is_on_same_device(&labels);
+        let (batch, inputs, classes) =
+            validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
+        validate::same_dim(
+            op,
+            "labels must be [B]",
+            &x.shape(),
+            &labels.shape(),
+            (0, 0),
+        );
+        // An empty batch or I = 0 has no product to stream: the forward and backward kernels
+        // handle both (no [B, C] of any size worth saving).
+        if classes <= SMALL_CLASSES || batch == 0 || inputs == 0 {
+            return forward_then_backward::<Self>(x, weight, bias, labels, wanted, precision);
+        }
+        let tf32 = use_tf32(precision, &x);
+        let device = x.device.clone();
+        let out =
+            streamed::loss_and_gradients::<R, F, I, BT>(op, x, weight, bias, labels, wanted, tf32);
+        start_queued::<R>(&device);
+        out
     }
 
     fn head_linear_relu_forward(

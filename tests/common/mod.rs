@@ -124,3 +124,22 @@ pub fn assert_grads(context: &str, got: &HeadGrads, want: &HeadGrads) {
         ],
     );
 }
+
+/// Loss and gradients of `HeadPrecision::Tf32` through autodiff against the exact f64
+/// reference, under the TF32 gate (the seed's bound plus `gates::tf32_slack`, derived from
+/// TF32's 10-bit mantissa for any rounding rule: what the large-C path's products on
+/// cuBLASLt, or on our kernels, must meet).
+pub fn assert_tf32_grads(context: &str, got: &HeadGrads, data: &HeadData, scale: f64) {
+    let want = reference_stages(data, scale);
+    let slack = burn_fused_head::gates::tf32_slack(data, scale);
+    use burn_fused_head::gates::gate_with_slack;
+    assert_gates(
+        context,
+        &[
+            gate_with_slack("loss", &[got.loss], &[want.loss], &[slack.loss]),
+            gate_with_slack("dX", &got.dx, &want.dx, &slack.dx),
+            gate_with_slack("dW", &got.dw, &want.dw, &slack.dw),
+            gate_with_slack("db", &got.db, &want.db, &slack.db),
+        ],
+    );
+}

@@ -7,7 +7,9 @@
 //! - [`forward`]: stage 1 on either product, with the bias and ReLU on the way out, and the
 //!   bias and ReLU after a product computed elsewhere.
 //! - [`rows`]: the per-row softmax cross-entropy, the masked gradient and the bias gradient.
+//! - [`chunks`]: the streamed path's row and column kernels, in place on a chunk of rows.
 
+pub mod chunks;
 pub mod forward;
 pub mod matmul;
 pub mod rows;

@@ -13,12 +13,22 @@ use crate::reductions::tree::tree_sum;
 /// `cube_units` is the cube's size, a power of two.
 #[cube]
 pub fn column_sum<F: Float>(t: &Tensor<F>, out: &mut Tensor<F>, #[comptime] cube_units: usize) {
-    let batch = t.shape(0);
-    let classes = t.shape(1);
     let class = CUBE_POS;
-    if class >= classes {
+    if class >= t.shape(1) {
         terminate!();
     }
+    let total = column_total::<F>(t, class, cube_units);
+    if UNIT_POS == 0 {
+        out[class] = total;
+    }
+}
+
+/// `sum_r t[r, class]` of `t` [B, C], which every unit of the cube gets: a strided partial per
+/// unit, then a fixed-order tree over `cube_units` slots of shared memory.
+#[cube]
+pub fn column_total<F: Float>(t: &Tensor<F>, class: usize, #[comptime] cube_units: usize) -> F {
+    let batch = t.shape(0);
+    let classes = t.shape(1);
     let unit = UNIT_POS as usize;
     let mut smem = SharedMemory::<F>::new(cube_units);
 
@@ -32,8 +42,5 @@ pub fn column_sum<F: Float>(t: &Tensor<F>, out: &mut Tensor<F>, #[comptime] cube
     smem[unit] = acc;
 
     // 2. Fixed-order tree over the partials.
-    let total = tree_sum::<F>(&mut smem);
-    if unit == 0 {
-        out[class] = total;
-    }
+    tree_sum::<F>(&mut smem)
 }

@@ -1,0 +1,110 @@
+//! The streamed large-C path's kernels: what runs on one chunk of rows between its products,
+//! in place on the chunk's product `P = X[rows] W^T` (no [B, C] tensor exists on this path).
+//!
+//! - [`chunk_rows`]: per row, `Z = P + b`, `H = ReLU(Z)`, the loss (the algebra of
+//!   [`crate::softmax_ce`]) and `dZ = [Z > 0] (softmax(H) - onehot) / B` written over P: the
+//!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products.
+//! - [`chunk_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
+
+use cubecl::{cube, prelude::*};
+
+use crate::reductions::columns::column_total;
+use crate::reductions::tree::{tree_max, tree_sum};
+use crate::relu::{relu, relu_grad};
+use crate::softmax_ce::{checked_label, row_grad, row_loss};
+
+/// Row `CUBE_POS` of a chunk `p` [n, C], rows `first..first + n` of a batch of `batch` rows:
+/// writes `loss[first + row]` and replaces the row of `p` with its dZ. One cube per row of
+/// `cube_units` units (a power of two); each unit takes a strided slice of the row, and the
+/// maximum and the sum of exponentials are combined by fixed-order trees. Cubes past n leave.
+///
+/// In place: the row is read twice (maximum, sum) before any unit writes, and the label's value
+/// is read before the second tree, whose barriers every unit passes before writing.
+#[cube(launch_unchecked)]
+pub fn chunk_rows<F: Float, L: Int>(
+    p: &mut Tensor<F>,
+    bias: &Tensor<F>,
+    labels: &Tensor<L>,
+    loss: &mut Tensor<F>,
+    first: usize,
+    batch: usize,
+    nan: f32,
+    #[comptime] cube_units: usize,
+) {
+    let rows = p.shape(0);
+    let classes = p.shape(1);
+    let row = CUBE_POS;
+    // Uniform over the cube: whole idle cubes leave before any barrier.
+    if row >= rows {
+        terminate!();
+    }
+    let base = row * classes;
+    let unit = UNIT_POS as usize;
+    let stride = CUBE_DIM as usize;
+    let mut smem = SharedMemory::<F>::new(cube_units);
+
+    // 1. Row maximum of H = ReLU(P + b).
+    let mut m = F::min_value();
+    let mut j = unit;
+    while j < classes {
+        m = F::max(m, relu::<F>(p[base + j] + bias[j]));
+        j += stride;
+    }
+    smem[unit] = m;
+    let m = tree_max::<F>(&mut smem);
+
+    // 2. The label, checked before it is ever used as an index, and its H, read before any
+    //    unit can pass the next tree and overwrite the row.
+    let (valid, target) = checked_label::<L>(labels[first + row], L::cast_from(classes));
+    let picked = relu::<F>(p[base + target] + bias[target]);
+
+    // 3. Denominator d = sum_j exp(H - m), fixed order.
+    let mut s = F::new(0.0);
+    let mut j = unit;
+    while j < classes {
+        s += F::exp(relu::<F>(p[base + j] + bias[j]) - m);
+        j += stride;
+    }
+    smem[unit] = s;
+    let d = tree_sum::<F>(&mut smem);
+
+    // 4. The loss.
+    let nan = F::cast_from(nan);
+    if unit == 0 {
+        loss[first + row] = row_loss::<F>(m, d, picked, valid, nan);
+    }
+
+    // 5. dZ from the same m and d, over P.
+    let inv_d = F::new(1.0) / d;
+    let inv_batch = F::new(1.0) / F::cast_from(batch);
+    let mut j = unit;
+    while j < classes {
+        let z = p[base + j] + bias[j];
+        let dh = row_grad::<F>(relu::<F>(z), m, inv_d, j == target, valid, inv_batch, nan);
+        p[base + j] = relu_grad::<F>(z, dh);
+        j += stride;
+    }
+}
+
+/// `db[c] = column_sum(dZ)[c]` for the first chunk (`accumulate` false), `db[c] += ..` for
+/// the next ones; one cube per class of `cube_units` units, cubes past C leave.
+#[cube(launch_unchecked)]
+pub fn chunk_column_sums<F: Float>(
+    dz: &Tensor<F>,
+    db: &mut Tensor<F>,
+    #[comptime] accumulate: bool,
+    #[comptime] cube_units: usize,
+) {
+    let class = CUBE_POS;
+    if class >= dz.shape(1) {
+        terminate!();
+    }
+    let total = column_total::<F>(dz, class, cube_units);
+    if UNIT_POS == 0 {
+        if accumulate {
+            db[class] += total;
+        } else {
+            db[class] = total;
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! NVIDIA's cuBLASLt for the streamed path's three products on CUDA, through `cudarc` (loaded
+//! at run time, as cubecl-cuda loads NVRTC; it builds without a CUDA toolkit).
+//!
+//! cuBLASLt runs on a stream of its own, in the primary context that CubeCL also uses, so the
+//! pointers of CubeCL's buffers are valid there. CubeCL 0.10 does not expose its stream, so the
+//! order between the two is kept from the host: [`super::streamed`] waits for CubeCL's queue
+//! before a batch of products and for this stream after it (two host waits per chunk of rows).
+//!
+//! Determinism: one algorithm per problem (cuBLASLt's first heuristic answer for the shape,
+//! kept for the process), one stream and one workspace per device; cuBLASLt's algorithms
+//! reduce split K through the workspace or in place in a fixed order, never with atomics
+//! unless asked for. So the same inputs give the same bits, call after call.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+
+/// Bytes of cuBLASLt workspace per device: NVIDIA's recommendation for Hopper (32 MiB).
+/// Invariant of memory: part of the path's stated bound on what it allocates.
+pub(super) const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// The element type of a product's operands or output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Element {
+    F32,
+}
+
+impl Element {
+    fn cuda(self) -> sys::cudaDataType {
+        match self {
+            Element::F32 => sys::cudaDataType::CUDA_R_32F,
+        }
+    }
+}
+
+/// One product in cuBLASLt's column-major terms: `D [m, n] = op(A) op(B) + beta D`, `op`
+/// transposing where asked; leading dimensions of A, B and D as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Gemm {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub lda: i64,
+    pub ldb: i64,
+    pub ldd: i64,
+    /// A's and B's element type.
+    pub operands: Element,
+    /// D's element type.
+    pub output: Element,
+    /// TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`) for f32 operands; else f32 FMA.
+    pub tf32: bool,
+}
+
+impl Gemm {
+    /// `P [rows, C] = X [rows, I] W^T` with W stored `[C, I]`, all row-major.
+    pub fn logits(rows: usize, inputs: usize, classes: usize, tf32: bool) -> Self {
+        // Column-major: P^T [C, rows] = (W as [I, C])^T (X as [I, rows]).
+        Self::f32(
+            classes,
+            rows,
+            inputs,
+            [true, false],
+            [inputs, inputs, classes],
+            tf32,
+        )
+    }
+
+    /// `dX [rows, I] = dZ [rows, C] W [C, I]`, row-major.
+    pub fn input_gradient(rows: usize, inputs: usize, classes: usize, tf32: bool) -> Self {
+        // Column-major: dX^T [I, rows] = (W as [I, C]) (dZ as [C, rows]).
+        Self::f32(
+            inputs,
+            rows,
+            classes,
+            [false, false],
+            [inputs, classes, inputs],
+            tf32,
+        )
+    }
+
+    /// `dW [C, I] (+)= dZ^T X`, dZ `[rows, C]` and X `[rows, I]` row-major.
+    pub fn weight_gradient(rows: usize, inputs: usize, classes: usize, tf32: bool) -> Self {
+        // Column-major: dW^T [I, C] = (X as [I, rows]) (dZ as [C, rows])^T.
+        Self::f32(
+            inputs,
+            classes,
+            rows,
+            [false, true],
+            [inputs, classes, inputs],
+            tf32,
+        )
+    }
+
+    /// `db [C] (+)= dZ^T 1`, dZ `[rows, C]` row-major, `1` a vector of `rows` ones: the column
+    /// sums as a product (coalesced, where a sum per column would stride over C), exact f32.
+    pub fn bias_gradient(rows: usize, classes: usize) -> Self {
+        // Column-major: db [C, 1] = (dZ as [C, rows]) (ones as [rows, 1]).
+        Self::f32(
+            classes,
+            1,
+            rows,
+            [false, false],
+            [classes, rows, classes],
+            false,
+        )
+    }
+
+    fn f32(
+        m: usize,
+        n: usize,
+        k: usize,
+        [trans_a, trans_b]: [bool; 2],
+        [lda, ldb, ldd]: [usize; 3],
+        tf32: bool,
+    ) -> Self {
+        Self {
+            m: m as u64,
+            n: n as u64,
+            k: k as u64,
+            trans_a,
+            trans_b,
+            lda: lda as i64,
+            ldb: ldb as i64,
+            ldd: ldd as i64,
+            operands: Element::F32,
+            output: Element::F32,
+            tf32,
+        }
+    }
+}
+
+/// cuBLASLt on one device: a handle, a stream, a workspace and the algorithm chosen for each
+/// problem met so far.
+pub(super) struct Engine {
+    context: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    handle: sys::cublasLtHandle_t,
+    workspace: CudaSlice<u8>,
+    algorithms: HashMap<Gemm, sys::cublasLtMatmulAlgo_t>,
+}
+
+// SAFETY: the handle is used under the engine's mutex only (cuBLASLt handles may move between
+// threads; they must not be used by two at once).
+unsafe impl Send for Engine {}
+
+/// The engine of CUDA device `ordinal`, made on first use; `None` where cuBLASLt cannot be
+/// loaded or set up (then the CubeCL products run). The answer is kept for the process.
+pub(super) fn engine(ordinal: usize) -> Option<&'static Mutex<Engine>> {
+    /// Per device ordinal: its engine, or `None` where cuBLASLt did not load.
+    type Engines = HashMap<usize, Option<&'static Mutex<Engine>>>;
+    static ENGINES: OnceLock<Mutex<Engines>> = OnceLock::new();
+    let mut engines = ENGINES
+        .get_or_init(Default::default)
+        .lock()
+        .expect("engine table");
+    *engines.entry(ordinal).or_insert_with(|| {
+        Engine::new(ordinal)
+            .ok()
+            .map(|e| &*Box::leak(Box::new(Mutex::new(e))))
+    })
+}
+
+impl Engine {
+    fn new(ordinal: usize) -> Result<Self, String> {
+        // SAFETY: only probes the loader path for the library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err("cuBLASLt is not on the loader path".into());
+        }
+        let context = CudaContext::new(ordinal).map_err(|e| e.to_string())?;
+        let stream = context.new_stream().map_err(|e| e.to_string())?;
+        // SAFETY: a device allocation of WORKSPACE_BYTES bytes that cuBLASLt may leave
+        // uninitialised: it is scratch space.
+        let workspace =
+            unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }.map_err(|e| e.to_string())?;
+        let handle = lt::create_handle().map_err(|e| format!("{e:?}"))?;
+        Ok(Self {
+            context,
+            stream,
+            handle,
+            workspace,
+            algorithms: HashMap::new(),
+        })
+    }
+
+    /// Enqueues `D = op(A) op(B) + beta D` on the engine's stream.
+    ///
+    /// # Safety
+    /// `a`, `b` and `d` are device pointers of this device, valid for the layouts `gemm`
+    /// describes until the stream is synchronised, and nothing else touches them meanwhile.
+    pub unsafe fn run(&mut self, gemm: Gemm, a: u64, b: u64, d: u64, beta: f32) {
+        self.context
+            .bind_to_thread()
+            .expect("bind the CUDA context");
+        let problem = Problem::new(&gemm).unwrap_or_else(|e| fail(&gemm, e));
+        let algorithm = match self.algorithms.get(&gemm) {
+            Some(algorithm) => *algorithm,
+            None => {
+                let algorithm =
+                    unsafe { problem.algorithm(self.handle) }.unwrap_or_else(|e| fail(&gemm, e));
+                self.algorithms.insert(gemm, algorithm);
+                algorithm
+            }
+        };
+        let alpha = 1.0f32;
+        let workspace = {
+            use cudarc::driver::DevicePtrMut;
+            let (ptr, _record) = self.workspace.device_ptr_mut(&self.stream);
+            ptr
+        };
+        // SAFETY: the caller's contract; the layouts and descriptor live until the call returns.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                problem.desc,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                a as *const c_void,
+                problem.a,
+                b as *const c_void,
+                problem.b,
+                d as *const c_void,
+                problem.d,
+                d as *mut c_void,
+                problem.d,
+                &algorithm,
+                workspace as *mut c_void,
+                WORKSPACE_BYTES,
+                self.stream.cu_stream() as sys::cudaStream_t,
+            )
+        }
+        .unwrap_or_else(|e| fail(&gemm, e));
+    }
+
+    /// Blocks until every product enqueued so far has finished.
+    pub fn synchronize(&self) {
+        self.stream.synchronize().expect("cuBLASLt stream");
+    }
+}
+
+/// A product that cuBLASLt refused: a bug of this crate's layouts, never a user error.
+fn fail(gemm: &Gemm, error: lt::CublasError) -> ! {
+    panic!(
+        "=== burn-fused-head error ===\n  Operation: 'cublaslt'\n  Reason: cuBLASLt refused the \
+         product {gemm:?}: {error:?}"
+    )
+}
+
+/// The descriptors of one product, destroyed on drop.
+struct Problem {
+    desc: sys::cublasLtMatmulDesc_t,
+    a: sys::cublasLtMatrixLayout_t,
+    b: sys::cublasLtMatrixLayout_t,
+    d: sys::cublasLtMatrixLayout_t,
+}
+
+impl Problem {
+    fn new(g: &Gemm) -> Result<Self, lt::CublasError> {
+        let compute = if g.tf32 {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        } else {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        };
+        let desc = lt::create_matmul_desc(compute, sys::cudaDataType::CUDA_R_32F)?;
+        let (a_rows, a_cols) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
+        let (b_rows, b_cols) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
+        let problem = Self {
+            desc,
+            a: lt::create_matrix_layout(g.operands.cuda(), a_rows, a_cols, g.lda)?,
+            b: lt::create_matrix_layout(g.operands.cuda(), b_rows, b_cols, g.ldb)?,
+            d: lt::create_matrix_layout(g.output.cuda(), g.m, g.n, g.ldd)?,
+        };
+        for (attribute, transpose) in [
+            (
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                g.trans_a,
+            ),
+            (
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+                g.trans_b,
+            ),
+        ] {
+            // cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 (cudarc's cuBLASLt bindings do
+            // not carry the enum).
+            let op: i32 = transpose.into();
+            // SAFETY: the descriptor is live; the attribute takes a 32-bit cublasOperation_t.
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    problem.desc,
+                    attribute,
+                    &op as *const _ as *const c_void,
+                    size_of::<i32>(),
+                )?;
+            }
+        }
+        Ok(problem)
+    }
+
+    /// cuBLASLt's first heuristic answer for the problem with [`WORKSPACE_BYTES`] of workspace.
+    ///
+    /// # Safety
+    /// `handle` is a live cuBLASLt handle.
+    unsafe fn algorithm(
+        &self,
+        handle: sys::cublasLtHandle_t,
+    ) -> Result<sys::cublasLtMatmulAlgo_t, lt::CublasError> {
+        let preference = lt::create_matmul_pref()?;
+        let bytes = WORKSPACE_BYTES;
+        // SAFETY: the preference, layouts and descriptor are live until the end of the block.
+        let result = unsafe {
+            lt::set_matmul_pref_attribute(
+                preference,
+                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &bytes as *const usize as *const c_void,
+                size_of::<usize>(),
+            )
+            .and_then(|()| {
+                lt::get_matmul_algo_heuristic(
+                    handle, self.desc, self.a, self.b, self.d, self.d, preference,
+                )
+            })
+        };
+        // SAFETY: created above, used no more.
+        unsafe { lt::destroy_matmul_pref(preference)? };
+        Ok(result?.algo)
+    }
+}
+
+impl Drop for Problem {
+    fn drop(&mut self) {
+        // SAFETY: each was created by `Problem::new` and is destroyed once.
+        unsafe {
+            let _ = lt::destroy_matrix_layout(self.a);
+            let _ = lt::destroy_matrix_layout(self.b);
+            let _ = lt::destroy_matrix_layout(self.d);
+            let _ = lt::destroy_matmul_desc(self.desc);
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! The streamed path for C > 32: the loss and the gradients of a unit upstream gradient in one
+//! pass over the batch, chunk of rows by chunk of rows, with no `[B, C]` tensor in memory.
+//!
+//! For each chunk of rows (in order, sized by [`chunk_rows`]):
+//! 1. `P = X[rows] W^T` into one chunk buffer `[rows, C]`;
+//! 2. one cube per row (`kernels::large_classes::chunks::chunk_rows`): `Z = P + b`,
+//!    `H = ReLU(Z)`, the row's loss, and `dZ = [Z > 0] (softmax(H) - onehot) / B` over P;
+//! 3. `dX[rows] = dZ W`, `dW (+)= dZ^T X[rows]` and `db (+)= column_sum(dZ)`, for the wanted
+//!    gradients only; the first chunk writes, the next ones add, in chunk order.
+//!
+//! Then the batch mean of the per-row losses. Autodiff scales the gradients by the upstream
+//! gradient in its backward step (the loss is a scalar), so nothing `[B, C]` is kept for it.
+//!
+//! The products run on NVIDIA's cuBLASLt on CUDA where it loads ([`cublaslt`]), else on this
+//! crate's CubeCL kernels (the tiled exact product, or TF32 tensor cores with `tf32`). The row
+//! and column kernels are CubeCL everywhere.
+//!
+//! Memory beyond the inputs and the gradients: the chunk buffer (at most [`CHUNK_ELEMENTS`]
+//! floats, 192 MiB; [`LARGE_CHUNK_ELEMENTS`], 384 MiB, from C = 65536), the per-row losses
+//! (4 B bytes) and, on cuBLASLt, a vector of ones for db (4 x chunk rows bytes) and its
+//! workspace (32 MiB per device, allocated once). The CubeCL products also hold one chunk's product output and, for
+//! dW, one `[C, I]` partial while it is added.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use burn::tensor::ops::FloatTensorOps;
+use burn::tensor::{Slice, TensorMetadata};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_fused_head_kernels::large_classes::chunks as kernels;
+use cubecl::server::CubeCountSelection;
+use cubecl::{CubeCount, CubeDim};
+
+use super::cubek_tf32::Product;
+use super::large_classes::tiled_matmul;
+use super::launch::{CUBE_UNITS, by_label_type, contiguous, empty, mean_of_parts};
+use crate::backend::{HeadGradients, HeadWanted};
+
+/// Elements of the chunk buffer `[rows, C]` at most below [`LARGE_VOCABULARY`] classes.
+/// Invariant of memory (the path's bound): 48 Mi floats, 192 MiB. Within it, larger chunks
+/// mean fewer passes over dW (each chunk reads and writes `[C, I]` once) and fewer host waits.
+pub(crate) const CHUNK_ELEMENTS: usize = 48 << 20;
+/// From this many classes, chunks of up to [`LARGE_CHUNK_ELEMENTS`]. Tuning: at C = 128256 the
+/// 48 Mi rule gives chunks of 384 rows, whose dW products (K = 384) barely amortise the
+/// read and write of a 2 GB dW.
+const LARGE_VOCABULARY: usize = 65536;
+/// Invariant of memory at C >= [`LARGE_VOCABULARY`]: 96 Mi floats, 384 MiB.
+const LARGE_CHUNK_ELEMENTS: usize = 96 << 20;
+
+/// A chunk's rows are a multiple of this when it has more: cuBLASLt and the tiled kernels tile
+/// rows by 128. Tuning, never swept.
+const ROW_MULTIPLE: usize = 128;
+
+/// A replacement for [`CHUNK_ELEMENTS`] while non-zero (see [`crate::testing`]).
+pub(crate) static CHUNK_ELEMENTS_OVERRIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// Rows per chunk for a batch of `batch` rows and C = `classes`: a rule of the shape alone, so
+/// the same inputs give the same bits on every call.
+pub(crate) fn chunk_rows(batch: usize, classes: usize) -> usize {
+    let budget = match CHUNK_ELEMENTS_OVERRIDE.load(Ordering::Relaxed) {
+        0 if classes >= LARGE_VOCABULARY => LARGE_CHUNK_ELEMENTS,
+        0 => CHUNK_ELEMENTS,
+        n => n,
+    };
+    let fit = (budget / classes.max(1)).max(1);
+    let rows = if fit >= ROW_MULTIPLE {
+        fit / ROW_MULTIPLE * ROW_MULTIPLE
+    } else {
+        fit
+    };
+    rows.min(batch).max(1)
+}
+
+/// The loss `[1]` and the gradients of one call.
+type LossAndGradients<R, F, I, BT> = (CubeTensor<R>, HeadGradients<CubeBackend<R, F, I, BT>>);
+
+/// The loss `[1]` and the wanted gradients for a unit upstream gradient, chunk by chunk. X, W,
+/// b and the labels are checked by the caller; B > 0 and I > 0.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn loss_and_gradients<
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
+    op: &str,
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: CubeTensor<R>,
+    labels: CubeTensor<R>,
+    wanted: HeadWanted,
+    tf32: bool,
+) -> LossAndGradients<R, F, I, BT> {
+    let (x, weight, bias, labels) = (
+        contiguous(x),
+        contiguous(weight),
+        contiguous(bias),
+        contiguous(labels),
+    );
+    let [batch, inputs] = [x.shape()[0], x.shape()[1]];
+    let classes = weight.shape()[0];
+    let rows = chunk_rows(batch, classes);
+    let loss_rows = empty::<R>(&x, [batch]); // [B]
+    let mut grads = Grads {
+        x: wanted.x.then(|| empty::<R>(&x, [batch, inputs])), // [B, I]
+        weight: wanted.weight.then(|| empty::<R>(&x, [classes, inputs])), // [C, I]
+        bias: wanted.bias.then(|| empty::<R>(&x, [classes])), // [C]
+    };
+    let launch_rows = by_label_type!(op, labels.dtype, launch_chunk_rows::<R, F>);
+    let chunk = Chunk {
+        x: &x,
+        weight: &weight,
+        bias: &bias,
+        labels: &labels,
+        loss_rows: &loss_rows,
+        launch_rows,
+        batch,
+        tf32,
+    };
+
+    #[cfg(feature = "cuda")]
+    let done = cuda::run::<R>(&chunk, rows, &mut grads);
+    #[cfg(not(feature = "cuda"))]
+    let done = false;
+    if !done {
+        for first in (0..batch).step_by(rows) {
+            chunk.on_cubecl::<F, I, BT>(first, rows.min(batch - first), &mut grads);
+        }
+    }
+    let loss = mean_of_parts::<R, F>(loss_rows, batch);
+    (
+        loss,
+        HeadGradients {
+            x: grads.x,
+            weight: grads.weight,
+            bias: grads.bias,
+        },
+    )
+}
+
+/// The gradients being built, `None` where not wanted.
+struct Grads<R: CubeRuntime> {
+    x: Option<CubeTensor<R>>,
+    weight: Option<CubeTensor<R>>,
+    bias: Option<CubeTensor<R>>,
+}
+
+/// What every chunk reads: the contiguous inputs, the per-row losses it writes, and the row
+/// kernel's launch for the labels' type.
+struct Chunk<'a, R: CubeRuntime> {
+    x: &'a CubeTensor<R>,
+    weight: &'a CubeTensor<R>,
+    bias: &'a CubeTensor<R>,
+    labels: &'a CubeTensor<R>,
+    loss_rows: &'a CubeTensor<R>,
+    launch_rows: RowsLaunch<R>,
+    batch: usize,
+    tf32: bool,
+}
+
+/// The row kernel's host launch for one label type.
+type RowsLaunch<R> =
+    fn(&CubeTensor<R>, &CubeTensor<R>, &CubeTensor<R>, &CubeTensor<R>, usize, usize);
+
+impl<R: CubeRuntime> Chunk<'_, R> {
+    /// The row kernel on the chunk's product `p` (rows `first..`), then db's column sums.
+    fn rows_and_bias<F: FloatElement>(
+        &self,
+        p: &CubeTensor<R>,
+        first: usize,
+        db: Option<&CubeTensor<R>>,
+    ) {
+        (self.launch_rows)(p, self.bias, self.labels, self.loss_rows, first, self.batch);
+        if let Some(db) = db {
+            column_sums::<R, F>(p, db, first > 0);
+        }
+    }
+
+    /// One chunk of `n` rows from `first`, its products on the CubeCL kernels.
+    fn on_cubecl<F: FloatElement, I: IntElement, BT: BoolElement>(
+        &self,
+        first: usize,
+        n: usize,
+        grads: &mut Grads<R>,
+    ) {
+        type Backend<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+        let [inputs, classes] = [self.x.shape()[1], self.weight.shape()[0]];
+        let x_rows = contiguous(burn_cubecl::kernel::slice(
+            self.x.clone(),
+            &[first..first + n, 0..inputs],
+        )); // [n, I]
+        // P [n, C] = X[rows] W^T: A = X[rows] stored [n, I], B = W stored [C, I], K contiguous.
+        let p = tiled_matmul::<R, F>(
+            &x_rows,
+            self.weight,
+            [n, classes],
+            [true, true],
+            self.tf32,
+            Product::Logits,
+        );
+        self.rows_and_bias::<F>(&p, first, grads.bias.as_ref());
+        if let Some(dx) = grads.x.take() {
+            // dX[rows] [n, I] = dZ W: A = dZ stored [n, C]; B = W stored [C, I].
+            let part = tiled_matmul::<R, F>(
+                &p,
+                self.weight,
+                [n, inputs],
+                [true, false],
+                self.tf32,
+                Product::InputGradient,
+            );
+            let slices = [Slice::from(first..first + n), Slice::from(0..inputs)];
+            grads.x = Some(Backend::<R, F, I, BT>::float_slice_assign(
+                dx, &slices, part,
+            ));
+        }
+        if let Some(dw) = grads.weight.take() {
+            // dW [C, I] (+)= dZ^T X[rows]: A = dZ^T read from dZ stored [n, C]; B = X[rows].
+            let part = tiled_matmul::<R, F>(
+                &p,
+                &x_rows,
+                [classes, inputs],
+                [false, false],
+                self.tf32,
+                Product::WeightGradient,
+            );
+            grads.weight = Some(if first == 0 {
+                part
+            } else {
+                Backend::<R, F, I, BT>::float_add(dw, part)
+            });
+        }
+    }
+}
+
+/// [`Chunk::rows_and_bias`]'s row kernel for labels of type `L`.
+fn launch_chunk_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
+    p: &CubeTensor<R>,
+    bias: &CubeTensor<R>,
+    labels: &CubeTensor<R>,
+    loss_rows: &CubeTensor<R>,
+    first: usize,
+    batch: usize,
+) {
+    let count = cube_count(p, p.shape()[0]);
+    // SAFETY: the kernel guards every access by P's shape; P [n, C] (made by this path), b and
+    // the labels are contiguous; rows first..first + n of the labels and the losses exist.
+    unsafe {
+        kernels::chunk_rows::launch_unchecked::<F, L, R>(
+            &p.client,
+            count,
+            CubeDim::new_1d(CUBE_UNITS),
+            p.clone().into_tensor_arg(),
+            bias.clone().into_tensor_arg(),
+            labels.clone().into_tensor_arg(),
+            loss_rows.clone().into_tensor_arg(),
+            first,
+            batch,
+            f32::NAN,
+            CUBE_UNITS as usize,
+        );
+    }
+}
+
+/// `db = column_sum(dZ)`, or `db += ..` with `accumulate`; one cube per class.
+fn column_sums<R: CubeRuntime, F: FloatElement>(
+    dz: &CubeTensor<R>,
+    db: &CubeTensor<R>,
+    accumulate: bool,
+) {
+    let count = cube_count(dz, dz.shape()[1]);
+    // SAFETY: the kernel guards every access by dZ's shape; dZ is contiguous, db is [C].
+    unsafe {
+        kernels::chunk_column_sums::launch_unchecked::<F, R>(
+            &dz.client,
+            count,
+            CubeDim::new_1d(CUBE_UNITS),
+            dz.clone().into_tensor_arg(),
+            db.clone().into_tensor_arg(),
+            accumulate,
+            CUBE_UNITS as usize,
+        );
+    }
+}
+
+/// `n` cubes, spread over the axes the hardware allows.
+fn cube_count<R: CubeRuntime>(like: &CubeTensor<R>, n: usize) -> CubeCount {
+    CubeCountSelection::new(&like.client, n as u32).cube_count()
+}
+
+/// The products on cuBLASLt, for `R` = CUDA where it loads.
+#[cfg(feature = "cuda")]
+mod cuda {
+    use std::any::Any;
+
+    use burn::tensor::TensorMetadata;
+    use burn_cubecl::CubeRuntime;
+    use burn_cubecl::tensor::CubeTensor;
+    use cubecl::cuda::CudaRuntime;
+
+    use super::super::cublaslt::{self, Gemm};
+    use super::super::launch::empty;
+    use super::{Chunk, Grads};
+
+    /// Every chunk on cuBLASLt; false (nothing done) where `R` is not CUDA or cuBLASLt does not
+    /// load on the device.
+    ///
+    /// The order between cuBLASLt's stream and CubeCL's is kept from the host: per chunk, wait
+    /// for CubeCL (the inputs, the row kernel), enqueue the products of the previous chunk (dX,
+    /// db as `dZ^T 1`, dW) and the logits of this one, and wait for them. One chunk buffer serves every chunk: on
+    /// cuBLASLt's one stream, the previous chunk's dX and dW products read it before the next
+    /// logits overwrite it.
+    pub(super) fn run<R: CubeRuntime>(
+        chunk: &Chunk<'_, R>,
+        rows: usize,
+        grads: &mut Grads<R>,
+    ) -> bool {
+        let Some(x) = (chunk.x as &dyn Any).downcast_ref::<CubeTensor<CudaRuntime>>() else {
+            return false;
+        };
+        let Some(engine) = cublaslt::engine(x.device.index) else {
+            return false;
+        };
+        let mut engine = engine.lock().expect("cuBLASLt engine");
+        let [batch, inputs] = [chunk.batch, chunk.x.shape()[1]];
+        let classes = chunk.weight.shape()[0];
+        let tf32 = chunk.tf32;
+        let buffer = empty::<R>(chunk.x, [rows, classes]); // [rows, C], every chunk's P
+        let ptr = |t: &CubeTensor<R>| pointer(t);
+        let (x_ptr, w_ptr, p_ptr) = (ptr(chunk.x), ptr(chunk.weight), ptr(&buffer));
+        let dx_ptr = grads.x.as_ref().map(ptr);
+        let dw_ptr = grads.weight.as_ref().map(ptr);
+        // db as the product dZ^T 1: a vector of `rows` ones.
+        let ones = grads.bias.as_ref().map(|db| {
+            burn_cubecl::ops::numeric::ones_client(
+                db.client.clone(),
+                db.device.clone(),
+                [rows].into(),
+                db.dtype,
+            )
+        });
+        let db_ptr = grads.bias.as_ref().map(ptr);
+        let ones_ptr = ones.as_ref().map(ptr);
+        const FLOAT: u64 = size_of::<f32>() as u64;
+
+        // The previous chunk's (first, n), whose dZ is in the buffer.
+        let mut previous: Option<(usize, usize)> = None;
+        let mut first = 0;
+        while first < batch || previous.is_some() {
+            wait_for_cubecl(chunk.x);
+            if let Some((prev, n)) = previous.take() {
+                // SAFETY: every pointer is of a live buffer of this device, its layout as the
+                // Gemm describes; CubeCL wrote them before the wait above and touches none of
+                // them until the engine's stream is synchronised below.
+                unsafe {
+                    if let Some(dx) = dx_ptr {
+                        let gemm = Gemm::input_gradient(n, inputs, classes, tf32);
+                        let dx_rows = dx + (prev * inputs) as u64 * FLOAT;
+                        engine.run(gemm, w_ptr, p_ptr, dx_rows, 0.0);
+                    }
+                    if let (Some(db), Some(ones)) = (db_ptr, ones_ptr) {
+                        let gemm = Gemm::bias_gradient(n, classes);
+                        let beta = if prev == 0 { 0.0 } else { 1.0 };
+                        engine.run(gemm, p_ptr, ones, db, beta);
+                    }
+                    if let Some(dw) = dw_ptr {
+                        let gemm = Gemm::weight_gradient(n, inputs, classes, tf32);
+                        let x_rows = x_ptr + (prev * inputs) as u64 * FLOAT;
+                        let beta = if prev == 0 { 0.0 } else { 1.0 };
+                        engine.run(gemm, x_rows, p_ptr, dw, beta);
+                    }
+                }
+            }
+            if first < batch {
+                let n = rows.min(batch - first);
+                // SAFETY: as above; P's first n rows are written.
+                unsafe {
+                    let gemm = Gemm::logits(n, inputs, classes, tf32);
+                    let x_rows = x_ptr + (first * inputs) as u64 * FLOAT;
+                    engine.run(gemm, w_ptr, x_rows, p_ptr, 0.0);
+                }
+                engine.synchronize();
+                let p = rows_view(&buffer, n);
+                (chunk.launch_rows)(&p, chunk.bias, chunk.labels, chunk.loss_rows, first, batch);
+                previous = Some((first, n));
+                first += n;
+            } else {
+                engine.synchronize();
+            }
+        }
+        true
+    }
+
+    /// The first `n` rows of the chunk buffer as a `[n, C]` tensor on the same memory.
+    fn rows_view<R: CubeRuntime>(buffer: &CubeTensor<R>, n: usize) -> CubeTensor<R> {
+        let classes = buffer.shape()[1];
+        CubeTensor::new_contiguous(
+            buffer.client.clone(),
+            buffer.device.clone(),
+            [n, classes].into(),
+            buffer.handle.clone(),
+            buffer.dtype,
+        )
+    }
+
+    /// The device address of a CUDA tensor's first element.
+    fn pointer<R: CubeRuntime>(t: &CubeTensor<R>) -> u64 {
+        let t = (t as &dyn Any)
+            .downcast_ref::<CubeTensor<CudaRuntime>>()
+            .expect("a CUDA tensor");
+        t.client
+            .get_resource(t.handle.clone())
+            .expect("the device address of a CUDA buffer")
+            .resource()
+            .ptr
+    }
+
+    /// Blocks until CubeCL's queue on `like`'s device has run.
+    fn wait_for_cubecl<R: CubeRuntime>(like: &CubeTensor<R>) {
+        cubecl::future::block_on(like.client.sync()).expect("CubeCL sync");
+    }
+}

@@ -1,0 +1,159 @@
+//! The streamed large-C path (C > 32 on the CubeCL backends): the loss and the gradients in one
+//! pass over the batch, chunk by chunk, with no `[B, C]` tensor. Gated against the independent
+//! reference (stock Burn ops on NdArray, f64) and against the same backend's six stages, over
+//! shapes that cross every chunk switch (chunks of one row, ragged last chunks, a prime B,
+//! chunks of 128 rows, one chunk), with the hazards of the seed (logits near 1e4, dead rows,
+//! confident rows, non-contiguous views, an upstream gradient, another loss beside the head).
+//!
+//! Small shapes cross many chunks through `burn_fused_head::testing::with_chunk_elements`,
+//! which is process-wide: every test here takes [`LOCK`] first. On NdArray (no streamed path)
+//! the same tests check the default `head_loss_and_gradients`.
+
+mod common;
+
+use std::sync::Mutex;
+
+use burn::backend::ndarray::NdArrayDevice;
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{DType, Tensor};
+use burn_fused_head::gates::{gate, run_stages, values};
+use burn_fused_head::reference::{HeadData, stock_head_loss};
+use burn_fused_head::testing::with_chunk_elements;
+use burn_fused_head::{FusedHeadBackend, HeadPrecision, HeadWanted, linear_relu_cross_entropy};
+use common::*;
+
+/// Held by every test of this binary while it runs the op (the chunk override is global).
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// `f` with chunks of at most `elements` floats (0: the crate's own rule), under [`LOCK`].
+fn chunked<T>(elements: usize, f: impl FnOnce() -> T) -> T {
+    let _guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if elements == 0 {
+        f()
+    } else {
+        with_chunk_elements(elements, f)
+    }
+}
+
+/// (B, I, C, chunk elements): chunks of one row; of 3 rows with a ragged last (7 = 3 + 3 + 1);
+/// a prime B in chunks of 13 rows; chunks of 128 rows (200 fit; the rule rounds down) and a
+/// ragged 3; chunks of 5 rows over a K of 140; one chunk (the rule); exactly one full chunk.
+const SHAPES: &[(usize, usize, usize, usize)] = &[
+    (2, 5, 33, 1),
+    (7, 13, 33, 33 * 3),
+    (97, 40, 129, 129 * 13),
+    (131, 24, 1000, 1000 * 200),
+    (257, 140, 40, 40 * 5),
+    (601, 37, 257, 0),
+    (64, 258, 100, 100 * 64),
+];
+
+/// The op's loss and gradients, read back as f64 (`None` where not returned).
+#[derive(Debug, Clone, PartialEq)]
+struct Streamed {
+    loss: f64,
+    dx: Option<Vec<f64>>,
+    dw: Option<Vec<f64>>,
+    db: Option<Vec<f64>>,
+}
+
+/// `B::head_loss_and_gradients` on `data` (f32), chunks of at most `elements` floats.
+fn streamed<B: FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    wanted: HeadWanted,
+    precision: HeadPrecision,
+    elements: usize,
+) -> Streamed {
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    chunked(elements, || {
+        let (loss, grads) = B::head_loss_and_gradients(
+            x.into_primitive().tensor(),
+            w.into_primitive().tensor(),
+            b.into_primitive().tensor(),
+            labels.into_primitive(),
+            wanted,
+            precision,
+        );
+        let read2 = |t| {
+            values(Tensor::<B, 2>::from_primitive(
+                burn::tensor::TensorPrimitive::Float(t),
+            ))
+        };
+        let read1 = |t| {
+            values(Tensor::<B, 1>::from_primitive(
+                burn::tensor::TensorPrimitive::Float(t),
+            ))
+        };
+        Streamed {
+            loss: read1(loss)[0],
+            dx: grads.x.map(read2),
+            dw: grads.weight.map(read2),
+            db: grads.bias.map(read1),
+        }
+    })
+}
+
+/// Loss and gradients of `scale * op` through `Autodiff<B>`, chunks of at most `elements`.
+fn autodiff_grads<B: FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    scale: f64,
+    elements: usize,
+) -> HeadGrads {
+    let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
+    chunked(elements, || {
+        head_grads(x, w, b, labels, scale, linear_relu_cross_entropy)
+    })
+}
+
+/// `0.5 loss + 0.01 sum(W^2)`: the head's loss beside another loss on W.
+fn beside_another_loss<B: burn::tensor::backend::Backend>(
+    loss: Tensor<B, 1>,
+    w: Tensor<B, 2>,
+) -> Tensor<B, 1> {
+    loss * 0.5 + (w.clone() * w).sum() * 0.01
+}
+
+/// The tests of `streamed/cases.rs`, each written once there, on one backend `B`.
+macro_rules! on_backend {
+    ($name:ident, $backend:ty, $device:expr) => {
+        mod $name {
+            use super::*;
+
+            type B = $backend;
+
+            fn device() -> burn::tensor::Device<B> {
+                $device
+            }
+
+            include!("streamed/cases.rs");
+        }
+    };
+}
+
+on_backend!(ndarray, NdArray<f32>, NdArrayDevice::Cpu);
+#[cfg(feature = "wgpu")]
+on_backend!(
+    wgpu_fusion,
+    burn::backend::Vulkan,
+    burn_fused_head::vulkan::device()
+);
+#[cfg(feature = "wgpu")]
+on_backend!(
+    wgpu_raw,
+    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
+    burn_fused_head::vulkan::device()
+);
+#[cfg(feature = "cuda")]
+on_backend!(
+    cuda_fusion,
+    burn::backend::Cuda,
+    burn::backend::cuda::CudaDevice::default()
+);
+#[cfg(feature = "cuda")]
+on_backend!(
+    cuda_raw,
+    burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>,
+    burn::backend::cuda::CudaDevice::default()
+);
