@@ -51,8 +51,8 @@ struct Row {
     step: Stats,
     fwd: Stats,
     bwd: Stats,
-    /// Peak device memory of one step (bytes), or why it was not measured.
-    memory: Result<u64, String>,
+    /// Memory of one step, or why it was not measured.
+    memory: Result<Memory, String>,
 }
 
 #[derive(Clone, Copy)]
@@ -91,7 +91,7 @@ fn bench<B: AutodiffBackend + FusedHeadBackend>(
     device: &B::Device,
     data: &HeadData,
     head: Head<B>,
-    memory: &dyn Fn(bool) -> Result<u64, String>,
+    memory: &dyn Fn(bool) -> Result<Memory, String>,
 ) -> Row {
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
@@ -175,10 +175,10 @@ fn print_header(device_name: &str) {
         "\nDevice: {device_name}. Times in ms (median, p20/p80). `vs stock` = stock step median / this step median on the same backend (> 1: faster than stock)."
     );
     println!(
-        "`extra MiB` = the bytes CubeCL's pool holds after a step (its high-water mark, in pages) minus the inputs and the gradients (X, W, b, labels, dX, dW, db), as PyTorch's peak extra memory counts them; the pool's total in brackets. Our rows at C > 32 add the 32 MiB cuBLASLt workspace, allocated outside the pool."
+        "Memory, in MiB beyond the inputs and the gradients (X, W, b, labels, dX, dW, db), as PyTorch's peak extra memory counts them: `live` = the most bytes CubeCL's pool had in use at the streamed path's fullest points (our rows at C > 32; every live allocation counted), `pool` = the bytes the pool holds after a step (its high-water mark, in whole pages), the pool's total in brackets. Our rows at C > 32 add the 32 MiB cuBLASLt workspace, allocated outside the pool, to both."
     );
     println!(
-        "| shape | contender | first call | step | step p20/p80 | fwd | bwd | vs stock | extra MiB [pool] | floor | % of floor |"
+        "| shape | contender | first call | step | step p20/p80 | fwd | bwd | vs stock | live / pool extra MiB [pool] | floor | % of floor |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
 }
@@ -226,8 +226,16 @@ fn print_rows(rows: &[Row], on_h200: bool) {
                     } else {
                         0.0
                     };
-                    let extra = *m as f64 + workspace - held_bytes(row.shape);
-                    format!("{:.1} [{:.1}]", mib(extra), mib(*m as f64))
+                    let extra = |bytes: u64| mib(bytes as f64 + workspace - held_bytes(row.shape));
+                    let live = match m.live {
+                        0 => "-".to_string(),
+                        bytes => format!("{:.1}", extra(bytes)),
+                    };
+                    format!(
+                        "{live} / {:.1} [{:.1}]",
+                        extra(m.reserved),
+                        mib(m.reserved as f64)
+                    )
                 }
                 Err(why) => format!("not measured: {why}"),
             },
@@ -269,7 +277,14 @@ fn tf32_head<B: FusedHeadBackend>(
 #[cfg(feature = "cuda")]
 enum Measured {
     Row(Row),
-    Memory(u64),
+    Memory(Memory),
+}
+
+/// The memory of one step: the pool's reservation after it, and the most bytes in use seen at
+/// the streamed path's fullest points (0 where that path did not run).
+struct Memory {
+    reserved: u64,
+    live: u64,
 }
 
 /// Runs CUDA contender `which` on `data`: its full row, or (`memory_only`) one warm-up step, a
@@ -289,8 +304,9 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
         let step_then_reserved = |step: &dyn Fn()| {
             step();
             client.memory_cleanup();
-            step();
-            client.memory_usage().unwrap().bytes_reserved
+            let ((), live) = burn_fused_head::testing::peak_memory(step);
+            let reserved = client.memory_usage().unwrap().bytes_reserved;
+            Memory { reserved, live }
         };
         return Measured::Memory(match which {
             0 => {
@@ -334,7 +350,10 @@ fn one_step<B: AutodiffBackend + FusedHeadBackend>(
 /// `--memory`), so that no other contender's pages are in its pool; or why it failed (also
 /// printed to stderr in full).
 #[cfg(feature = "cuda")]
-fn memory_in_fresh_process(which: usize, (b, i, c): (usize, usize, usize)) -> Result<u64, String> {
+fn memory_in_fresh_process(
+    which: usize,
+    (b, i, c): (usize, usize, usize),
+) -> Result<Memory, String> {
     let exe = std::env::current_exe().map_err(|e| format!("no path to this executable: {e}"))?;
     let out = std::process::Command::new(exe)
         .args([
@@ -350,9 +369,15 @@ fn memory_in_fresh_process(which: usize, (b, i, c): (usize, usize, usize)) -> Re
     let measured = text
         .lines()
         .find_map(|l| l.strip_prefix("MEMORY "))
-        .map(|v| v.trim().parse::<u64>());
+        .map(|v| {
+            let n: Vec<Result<u64, _>> = v.split_whitespace().map(str::parse::<u64>).collect();
+            match n[..] {
+                [Ok(reserved), Ok(live)] => Ok(Memory { reserved, live }),
+                _ => Err(()),
+            }
+        });
     match measured {
-        Some(Ok(bytes)) => Ok(bytes),
+        Some(Ok(memory)) => Ok(memory),
         _ => {
             let stderr = String::from_utf8_lossy(&out.stderr);
             eprintln!(
@@ -444,8 +469,8 @@ fn main() {
     if let Some(k) = args.iter().position(|a| a == "--memory") {
         let n = |j: usize| args[k + j].parse::<usize>().expect("--memory WHICH B I C");
         let data = HeadData::random(1, n(2), n(3), n(4));
-        if let Measured::Memory(bytes) = cuda_contender(n(1), &data, true) {
-            println!("MEMORY {bytes}");
+        if let Measured::Memory(m) = cuda_contender(n(1), &data, true) {
+            println!("MEMORY {} {}", m.reserved, m.live);
         }
         return;
     }

@@ -20,3 +20,25 @@ pub fn with_chunk_elements<T>(elements: usize, f: impl FnOnce() -> T) -> T {
         f()
     }
 }
+
+/// Runs `f` and returns what it returned with the most bytes CubeCL's memory pool had in use
+/// (every live allocation on the calling thread's stream: inputs, gradients and temporaries)
+/// at the streamed path's fullest points (each chunk, its buffers allocated), or 0 where that
+/// path did not run. A measure for the benchmark; process-wide while `f` runs, like
+/// [`with_chunk_elements`]. The queries cost a server round trip per chunk.
+pub fn peak_memory<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    #[cfg(feature = "cube")]
+    {
+        use crate::cube::streamed::{PEAK_BYTES, RECORD_MEMORY};
+        use std::sync::atomic::Ordering;
+        PEAK_BYTES.store(0, Ordering::SeqCst);
+        RECORD_MEMORY.store(true, Ordering::SeqCst);
+        let out = f();
+        RECORD_MEMORY.store(false, Ordering::SeqCst);
+        (out, PEAK_BYTES.load(Ordering::SeqCst))
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        (f(), 0)
+    }
+}

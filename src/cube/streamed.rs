@@ -21,7 +21,7 @@
 //! workspace (32 MiB per device, allocated once). The CubeCL products also hold one chunk's product output and, for
 //! dW, one `[C, I]` partial while it is added.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{Slice, TensorMetadata};
@@ -53,6 +53,22 @@ const ROW_MULTIPLE: usize = 128;
 
 /// A replacement for [`CHUNK_ELEMENTS`] while non-zero (see [`crate::testing`]).
 pub(crate) static CHUNK_ELEMENTS_OVERRIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether [`note_memory`] records (see [`crate::testing::peak_memory`]).
+pub(crate) static RECORD_MEMORY: AtomicBool = AtomicBool::new(false);
+/// The most bytes in use that [`note_memory`] saw while recording.
+pub(crate) static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// While recording, the bytes CubeCL's pool has in use on `like`'s stream now (every live
+/// allocation: inputs, gradients, this path's buffers), kept if the most so far. Called where
+/// the path holds the most: each chunk with its buffers allocated.
+fn note_memory<R: CubeRuntime>(like: &CubeTensor<R>) {
+    if RECORD_MEMORY.load(Ordering::Relaxed)
+        && let Ok(usage) = like.client.memory_usage()
+    {
+        PEAK_BYTES.fetch_max(usage.bytes_in_use, Ordering::Relaxed);
+    }
+}
 
 /// Rows per chunk for a batch of `batch` rows and C = `classes`: a rule of the shape alone, so
 /// the same inputs give the same bits on every call.
@@ -224,12 +240,14 @@ impl<R: CubeRuntime> Chunk<'_, R> {
                 self.tf32,
                 Product::WeightGradient,
             );
-            grads.weight = Some(if first == 0 {
-                part
+            if first == 0 {
+                grads.weight = Some(part);
             } else {
-                Backend::<R, F, I, BT>::float_add(dw, part)
-            });
+                note_memory(&part); // the partial and dW both alive
+                grads.weight = Some(Backend::<R, F, I, BT>::float_add(dw, part));
+            }
         }
+        note_memory(&p);
     }
 }
 
@@ -382,6 +400,7 @@ mod cuda {
                 engine.synchronize();
                 let p = rows_view(&buffer, n);
                 (chunk.launch_rows)(&p, chunk.bias, chunk.labels, chunk.loss_rows, first, batch);
+                super::note_memory(&p);
                 previous = Some((first, n));
                 first += n;
             } else {
