@@ -47,7 +47,7 @@ fn main() {
         let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
         show("inputs");
         let head = if ours {
-            linear_relu_cross_entropy::<B>
+            linear_relu_cross_entropy::<B, 2, 1>
         } else {
             stock_head_loss::<B>
         };

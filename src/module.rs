@@ -59,9 +59,14 @@ pub struct FusedHead<B: Backend> {
 }
 
 impl<B: FusedHeadBackend> FusedHead<B> {
-    /// The mean cross-entropy loss of `x` `[B, I]` against `labels` `[B]`, shape `[1]`.
-    /// See [`crate::linear_relu_cross_entropy`] for labels outside `[0, C)`, empty batches and panics.
-    pub fn forward(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    /// The mean cross-entropy loss of `x` `[B, I]` against `labels` `[B]`, shape `[1]`; any
+    /// leading dims too, X `[d0, .., dk, I]` with labels `[d0, .., dk]`. See
+    /// [`crate::linear_relu_cross_entropy`] for labels outside `[0, C)`, empty batches and panics.
+    pub fn forward<const D: usize, const DL: usize>(
+        &self,
+        x: Tensor<B, D>,
+        labels: Tensor<B, DL, Int>,
+    ) -> Tensor<B, 1> {
         linear_relu_cross_entropy_with(
             x,
             self.weight.val(),
@@ -71,9 +76,10 @@ impl<B: FusedHeadBackend> FusedHead<B> {
         )
     }
 
-    /// The head's output `H = ReLU(X W^T + b)`, `[B, C]`, with the head's precision; its row
-    /// argmax is the prediction. See [`crate::linear_relu_logits_with`].
-    pub fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    /// The head's output `H = ReLU(X W^T + b)`, `[B, C]` (or `[d0, .., dk, C]` for X
+    /// `[d0, .., dk, I]`), with the head's precision; its argmax over the last dim is the
+    /// prediction. See [`crate::linear_relu_logits_with`].
+    pub fn logits<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         linear_relu_logits_with(x, self.weight.val(), self.bias.val(), self.precision)
     }
 }

@@ -8,6 +8,9 @@ use crate::validate;
 /// `mean_r cross_entropy(softmax(ReLU(X W^T + b))[r], labels[r])`, shape `[1]`.
 ///
 /// - `x`: X `[B, I]`; `weight`: W stored `[C, I]`; `bias`: b `[C]`; `labels`: `[B]`, integers in `[0, C)`.
+/// - Any leading dims, as `Linear` takes them: X `[d0, .., dk, I]` with labels `[d0, .., dk]`
+///   is the op on the `B = d0 .. dk` rows (a reshape, no copy of contiguous data); the
+///   gradient of X comes back in X's shape.
 /// - On an [`Autodiff`](burn::backend::Autodiff) backend the result is tracked:
 ///   `loss.backward()` gives the gradients of X, W and b (those that require them), scaled by
 ///   the upstream gradient, so the loss may be multiplied or added to other losses.
@@ -19,11 +22,11 @@ use crate::validate;
 /// Before anything runs, on mismatched shapes (the I of X and W, b not `[C]`, labels not `[B]`,
 /// C = 0), inputs on different devices, float dtypes that differ or that the backend's kernels
 /// do not run (the CubeCL kernels run f32), or tensors too large for the kernels' addressing.
-pub fn linear_relu_cross_entropy<B: FusedHeadBackend>(
-    x: Tensor<B, 2>,
+pub fn linear_relu_cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
+    x: Tensor<B, D>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
-    labels: Tensor<B, 1, Int>,
+    labels: Tensor<B, DL, Int>,
 ) -> Tensor<B, 1> {
     linear_relu_cross_entropy_with(x, weight, bias, labels, HeadPrecision::Exact)
 }
@@ -32,13 +35,16 @@ pub fn linear_relu_cross_entropy<B: FusedHeadBackend>(
 /// `HeadPrecision::Tf32` allows TF32 tensor cores where the device has them
 /// ([`FusedHeadBackend::head_tf32_available`]), forward and backward; elsewhere it runs exact.
 /// Same checks, panics and edge cases as [`linear_relu_cross_entropy`].
-pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend>(
-    x: Tensor<B, 2>,
+pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend, const D: usize, const DL: usize>(
+    x: Tensor<B, D>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
-    labels: Tensor<B, 1, Int>,
+    labels: Tensor<B, DL, Int>,
     precision: HeadPrecision,
 ) -> Tensor<B, 1> {
+    let op = "linear_relu_cross_entropy";
+    let labels = rows_of_labels(op, &x, labels); // [B]
+    let x = rows_of(op, x); // [B, I]
     validate::head_tensors(
         "linear_relu_cross_entropy",
         &x,
@@ -62,31 +68,79 @@ pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend>(
 /// On an inner backend (no autodiff) this runs the op's kernels (C <= 32: one pass over X with
 /// the small-C forward's layout; C > 32: the tiled forward product); on an `Autodiff` backend
 /// it runs stock ops, which autodiff differentiates as usual.
-pub fn linear_relu_logits<B: FusedHeadBackend>(
-    x: Tensor<B, 2>,
+pub fn linear_relu_logits<B: FusedHeadBackend, const D: usize>(
+    x: Tensor<B, D>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
-) -> Tensor<B, 2> {
+) -> Tensor<B, D> {
     linear_relu_logits_with(x, weight, bias, HeadPrecision::Exact)
 }
 
 /// [`linear_relu_logits`] with a choice of [`HeadPrecision`]: `HeadPrecision::Tf32` allows TF32
 /// tensor cores for the product where the device has them and C > 32, as in
 /// [`linear_relu_cross_entropy_with`]; elsewhere (and on an `Autodiff` backend) it runs exact.
-pub fn linear_relu_logits_with<B: FusedHeadBackend>(
-    x: Tensor<B, 2>,
+pub fn linear_relu_logits_with<B: FusedHeadBackend, const D: usize>(
+    x: Tensor<B, D>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
     precision: HeadPrecision,
-) -> Tensor<B, 2> {
-    validate::head_tensors("linear_relu_logits", &x, &weight, &bias, None);
+) -> Tensor<B, D> {
+    let op = "linear_relu_logits";
+    let mut out_dims = x.dims();
+    out_dims[D - 1] = weight.dims()[0];
+    let x = rows_of(op, x); // [B, I]
+    validate::head_tensors(op, &x, &weight, &bias, None);
     let h = B::head_logits(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
         bias.into_primitive().tensor(),
         precision,
     );
-    Tensor::from_primitive(TensorPrimitive::Float(h))
+    let h = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(h)); // [B, C]
+    if D == 2 {
+        Tensor::from_primitive(h.into_primitive())
+    } else {
+        h.reshape(out_dims)
+    }
+}
+
+/// X `[d0, .., dk, I]` as its rows `[d0 .. dk, I]` (rank 2 as it is).
+fn rows_of<B: FusedHeadBackend, const D: usize>(op: &str, x: Tensor<B, D>) -> Tensor<B, 2> {
+    if D < 2 {
+        validate::fail_rank(
+            op,
+            "X must be [.., I] with at least one leading dim",
+            &x.dims(),
+        );
+    }
+    if D == 2 {
+        return Tensor::from_primitive(x.into_primitive());
+    }
+    let dims = x.dims();
+    let rows = dims[..D - 1].iter().product::<usize>();
+    x.reshape([rows, dims[D - 1]])
+}
+
+/// Labels `[d0, .., dk]` of X `[d0, .., dk, I]` as `[d0 .. dk]`; panics naming both shapes
+/// when they do not match (rank 2 and 1 pass as they are, checked with the other inputs).
+fn rows_of_labels<B: FusedHeadBackend, const D: usize, const DL: usize>(
+    op: &str,
+    x: &Tensor<B, D>,
+    labels: Tensor<B, DL, Int>,
+) -> Tensor<B, 1, Int> {
+    if D == 2 && DL == 1 {
+        return Tensor::from_primitive(labels.into_primitive());
+    }
+    let (x_dims, label_dims) = (x.dims(), labels.dims());
+    let leading = &x_dims[..D.saturating_sub(1)];
+    if D < 2 || leading != &label_dims[..] {
+        validate::fail_rank(
+            op,
+            &format!("labels must be {leading:?}, the leading dims of X {x_dims:?}"),
+            &label_dims,
+        );
+    }
+    labels.reshape([label_dims.iter().product::<usize>()])
 }
 
 /// A label outside `[0, C)`, found by [`validate_labels`].

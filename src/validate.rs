@@ -11,6 +11,11 @@ fn fail(op: &str, reason: String) -> ! {
     panic!("=== burn-fused-head error ===\n  Operation: '{op}'\n  Reason: {reason}")
 }
 
+/// Panics: `what`, and the shape found.
+pub(crate) fn fail_rank(op: &str, what: &str, got: &[usize]) -> ! {
+    fail(op, format!("{what}, got {got:?}"))
+}
+
 /// Shapes of the whole op: X `[B, I]`, W `[C, I]`, b `[C]`, labels `[B]` (when given).
 /// Returns `(B, I, C)`.
 pub(crate) fn head_shapes(

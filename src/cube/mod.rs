@@ -6,14 +6,15 @@
 //! |---|---|---|
 //! | `head_forward` | one fused kernel (stages 1, 2, loss sums), planes below B = 16384, one unit per row above | tiled Z and H, then one cube per row for the loss and dH, then the mean |
 //! | `head_backward` | one fused kernel (stages 3 to 6, per-chunk dW and db), then the chunks' sums | dZ, db, then dW and dX tiled (K split when the output has few tiles) |
+//! | `head_loss_and_gradients` (autodiff's training step, and the loss alone) | `head_forward`, then `head_backward` with g = 1 | the streamed path ([`streamed`]): chunk by chunk of rows, the products on cuBLASLt on CUDA (`cublaslt`) or the tiled kernels, no `[B, C]` tensor |
 //! | `head_logits` | the forward's layouts, H only | the tiled forward, H only |
 //!
 //! With `HeadPrecision::Tf32` and a device with TF32 tensor cores, the three large-C products
 //! run on them (cubek's TMA kernel where it takes the problem, [`cubek_tf32`], else our own
 //! `cmma` kernels); the small-C path is memory-bound and always exact. The stage methods run
 //! the reference kernels ([`reference`]), which the fast path never calls. Shared launch code
-//! is in [`launch`]. The modules import downwards only: this file -> the paths -> `cubek_tf32`
-//! -> `launch`.
+//! is in [`launch`]. The modules import downwards only: this file -> the paths (`streamed` uses
+//! `large_classes::tiled_matmul` and, on CUDA, `cublaslt`) -> `cubek_tf32` -> `launch`.
 
 mod cubek_tf32;
 #[cfg(feature = "cuda")]
@@ -26,6 +27,7 @@ pub(crate) mod streamed;
 
 use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use crate::backend::{
@@ -64,17 +66,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         precision: HeadPrecision,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
         let op = "head_loss_and_gradients";
-        check::<R, F>(op, &[&x, &weight, &bias]);
-        x.assert_is_on_same_device(&labels);
-        let (batch, inputs, classes) =
-            validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
-        validate::same_dim(
-            op,
-            "labels must be [B]",
-            &x.shape(),
-            &labels.shape(),
-            (0, 0),
-        );
+        let (batch, inputs, classes) = check_with_labels::<R, F>(op, &x, &weight, &bias, &labels);
         // An empty batch or I = 0 has no product to stream: the forward and backward kernels
         // handle both (no [B, C] of any size worth saving).
         if classes <= SMALL_CLASSES || batch == 0 || inputs == 0 {
@@ -155,17 +147,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         precision: HeadPrecision,
     ) -> HeadForward<Self> {
         let op = "head_forward";
-        check::<R, F>(op, &[&x, &weight, &bias]);
-        x.assert_is_on_same_device(&labels);
-        let (_batch, _inputs, classes) =
-            validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
-        validate::same_dim(
-            op,
-            "labels must be [B]",
-            &x.shape(),
-            &labels.shape(),
-            (0, 0),
-        );
+        let (_batch, _inputs, classes) = check_with_labels::<R, F>(op, &x, &weight, &bias, &labels);
         let (loss, z, dh) = if classes > SMALL_CLASSES {
             let tf32 = use_tf32(precision, &x);
             large_classes::forward::<R, F>(op, x, weight, bias, labels, tf32)
@@ -215,4 +197,26 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         start_queued::<R>(&device);
         grads
     }
+}
+
+/// The checks of an op on X, W, b and the labels, before anything runs: dtypes, devices,
+/// sizes and shapes (labels `[B]`). Returns `(B, I, C)`.
+fn check_with_labels<R: CubeRuntime, F: FloatElement>(
+    op: &str,
+    x: &CubeTensor<R>,
+    weight: &CubeTensor<R>,
+    bias: &CubeTensor<R>,
+    labels: &CubeTensor<R>,
+) -> (usize, usize, usize) {
+    check::<R, F>(op, &[x, weight, bias]);
+    x.assert_is_on_same_device(labels);
+    let dims = validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
+    validate::same_dim(
+        op,
+        "labels must be [B]",
+        &x.shape(),
+        &labels.shape(),
+        (0, 0),
+    );
+    dims
 }

@@ -85,3 +85,58 @@ fn the_configs_precision_reaches_the_loss() {
         "a record carries no precision"
     );
 }
+
+/// X `[2, 3, I]` with labels `[2, 3]`, as a sequence model gives them: the loss and the logits
+/// of the six flattened rows, bit for bit, and dX in X's shape with the flattened call's
+/// values; on both paths (C = 7 and C = 40). Labels of other leading dims panic.
+#[test]
+fn leading_dims_are_the_flattened_rows() {
+    type A = burn::backend::Autodiff<B>;
+    let device = &device();
+    for classes in [7, 40] {
+        let data = HeadData::random(71, 6, 5, classes);
+        let (x, w, b, labels) = data.tensors::<A>(device, DType::F32);
+        let head = FusedHead {
+            weight: Param::from_tensor(w),
+            bias: Param::from_tensor(b),
+            precision: HeadPrecision::Exact,
+        };
+        let x = x.require_grad();
+        let flat = head.forward(x.clone(), labels.clone());
+        let dx_flat = x.grad(&flat.backward()).unwrap().into_data();
+
+        let x3 = Tensor::<A, 3>::from_data(
+            burn::tensor::TensorData::new(data.x.clone(), [2, 3, 5]),
+            (device, DType::F32),
+        )
+        .require_grad();
+        let loss = head.forward(x3.clone(), labels.clone().reshape([2, 3]));
+        assert_eq!(
+            loss.clone().into_data(),
+            flat.into_data(),
+            "C = {classes}: loss"
+        );
+        let dx = x3.grad(&loss.backward()).unwrap();
+        assert_eq!(dx.dims(), [2, 3, 5], "C = {classes}: dX keeps X's shape");
+        assert_eq!(dx.reshape([6, 5]).into_data(), dx_flat, "C = {classes}: dX");
+
+        let logits = head.logits(x3.clone().detach());
+        assert_eq!(logits.dims(), [2, 3, classes]);
+        let (x2, _, _, _) = data.tensors::<A>(device, DType::F32);
+        assert_eq!(
+            logits.reshape([6, classes]).into_data(),
+            head.logits(x2).into_data(),
+            "C = {classes}: logits"
+        );
+
+        let wrong = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            head.forward(x3.clone(), labels.clone().reshape([3, 2]))
+        }));
+        let message = wrong.expect_err("labels [3, 2] for X [2, 3, 5] must panic");
+        let text = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(text.contains("leading dims of X"), "{text}");
+    }
+}
