@@ -333,7 +333,8 @@ pub trait FusedHeadBackend: Backend {
     /// (with [`HeadWanted::NONE`], the loss alone). [`Autodiff`](burn::backend::Autodiff) runs
     /// this in the forward pass where [`head_gradients_in_forward`](Self::head_gradients_in_forward)
     /// says so, and scales the gradients by the upstream gradient in its backward step: the
-    /// loss is a scalar, so that is the exact gradient.
+    /// loss is a scalar, so that is the exact gradient. A tracked call whose backward never
+    /// runs still pays for the gradients.
     ///
     /// The default runs [`head_forward`](Self::head_forward), then, if any gradient is wanted,
     /// [`head_backward`](Self::head_backward) with an upstream gradient of 1.

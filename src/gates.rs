@@ -137,11 +137,14 @@ pub const TF32_OPERAND_ERROR: f64 = 1.0 / 1024.0;
 /// per element of the loss and the gradients, for inputs `data` and upstream gradient `grad`.
 ///
 /// Derived from the format, for operands rounded with relative error at most
-/// `u` = [`TF32_OPERAND_ERROR`] and products accumulated in f32 (whose own error the seed's
-/// bound covers), all quantities in f64 from the exact forward pass:
-/// - a product term `a b` is off by at most `t |a b|`, `t = 2u + u^2`, so
-///   `|dZ_rc| <= e_rc = t A_rc` with `A = |X| |W|^T`; ReLU is 1-Lipschitz, so H too; `e_r =
-///   max_c e_rc`;
+/// `u` = [`TF32_OPERAND_ERROR`] and products accumulated in f32, all quantities in f64 from the
+/// exact forward pass. The f32 accumulation's own error is left to the seed's bound, as for the
+/// exact path: it is not proportional to `|ref|` (it grows like `K 2^-24 sum |a b|`), so an
+/// output with heavy cancellation over a long K could exceed it; the exact path's gates have
+/// not met one.
+/// - a product term `a b` is off by at most `t |a b|`, `t = 2u + u^2`, so a logit moves by
+///   `|Z'_rc - Z_rc| <= e_rc = t A_rc` with `A = |X| |W|^T`; ReLU is 1-Lipschitz, so H too;
+///   `e_r = max_c e_rc`;
 /// - a row's loss `lse(H_r) - H_ry` moves by at most `2 e_r`;
 /// - a probability moves by at most the factor `exp(2 e_r)`, so dZ by `D_rc = |g| p_rc
 ///   (exp(2 e_r) - 1) / B`, plus `|g| |p_rc - onehot_rc| / B` where the ReLU mask can flip

@@ -10,13 +10,16 @@
 //!
 //! Then the batch mean of the per-row losses. Autodiff scales the gradients by the upstream
 //! gradient in its backward step (the loss is a scalar), so nothing `[B, C]` is kept for it.
+//! The cost of that choice: a tracked forward pass whose backward never runs (evaluation
+//! without `no_grad`) still pays for the gradients, as with Liger's fused loss.
 //!
 //! The products run on NVIDIA's cuBLASLt on CUDA where it loads ([`cublaslt`]), else on this
 //! crate's CubeCL kernels (the tiled exact product, or TF32 tensor cores with `tf32`). The row
 //! and column kernels are CubeCL everywhere.
 //!
 //! Memory beyond the inputs and the gradients: the chunk buffer (at most [`CHUNK_ELEMENTS`]
-//! floats, 192 MiB; [`LARGE_CHUNK_ELEMENTS`], 384 MiB, from C = 65536), the per-row losses
+//! floats, 192 MiB; [`LARGE_CHUNK_ELEMENTS`], 384 MiB, from C = 65536; one row of C floats
+//! where C alone exceeds that), the per-row losses
 //! (4 B bytes) and, on cuBLASLt, a vector of ones for db (4 x chunk rows bytes) and its
 //! workspace (32 MiB per device, allocated once). The CubeCL products also hold one chunk's product output and, for
 //! dW, one `[C, I]` partial while it is added.
