@@ -65,15 +65,8 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
                     bias: node_bias.is_some(),
                 };
                 let out = B::head_backward(x, weight, z, dh, grad_loss, wanted, self.0);
-                for (node, grad) in [
-                    (node_x, out.x),
-                    (node_weight, out.weight),
-                    (node_bias, out.bias),
-                ] {
-                    if let (Some(node), Some(grad)) = (node, grad) {
-                        grads.register::<B>(node.id, grad);
-                    }
-                }
+                let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
+                register::<B>(grads, parents, out, |g| g);
             }
         }
 
@@ -138,16 +131,10 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
         ) {
             let [node_x, node_weight, node_bias] = ops.parents;
             let grad_loss = grads.consume::<B>(&ops.node); // [1]
-            let state = ops.state;
-            for (node, grad) in [
-                (node_x, state.x),
-                (node_weight, state.weight),
-                (node_bias, state.bias),
-            ] {
-                if let (Some(node), Some(grad)) = (node, grad) {
-                    grads.register::<B>(node.id, scale::<B>(grad, grad_loss.clone()));
-                }
-            }
+            let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
+            register::<B>(grads, parents, ops.state, |g| {
+                scale::<B>(g, grad_loss.clone())
+            });
         }
     }
 
@@ -180,6 +167,21 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
             labels,
             precision,
         )),
+    }
+}
+
+/// Registers each computed gradient of `out` (through `map`) for its parent, where that parent
+/// is tracked.
+fn register<B: FusedHeadBackend>(
+    grads: &mut Gradients,
+    parents: [Option<NodeId>; 3],
+    out: HeadGradients<B>,
+    map: impl Fn(FloatTensor<B>) -> FloatTensor<B>,
+) {
+    for (node, grad) in parents.into_iter().zip([out.x, out.weight, out.bias]) {
+        if let (Some(node), Some(grad)) = (node, grad) {
+            grads.register::<B>(node, map(grad));
+        }
     }
 }
 

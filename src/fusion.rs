@@ -4,6 +4,7 @@
 
 use core::marker::PhantomData;
 
+use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Shape};
 use burn_fusion::stream::{Operation, OperationStreams};
@@ -85,10 +86,7 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                     wanted,
                     precision,
                 );
-                [grads.x, grads.weight, grads.bias]
-                    .into_iter()
-                    .flatten()
-                    .collect()
+                wanted_outputs(grads).collect()
             }
             Stage::LossAndGradients(wanted, precision) => {
                 let labels = handles.get_int_tensor::<B>(&inputs[3]);
@@ -101,10 +99,7 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                     wanted,
                     precision,
                 );
-                [Some(loss), grads.x, grads.weight, grads.bias]
-                    .into_iter()
-                    .flatten()
-                    .collect()
+                std::iter::once(loss).chain(wanted_outputs(grads)).collect()
             }
             Stage::Logits(precision) => {
                 vec![B::head_logits(float(0), float(1), float(2), precision)]
@@ -190,16 +185,9 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             &weight.shape,
             &bias.shape,
         );
-        // Outputs: the loss, then x, weight, bias, only those wanted.
-        let shapes: Vec<Shape> = [
-            (true, Shape::new([1])),
-            (wanted.x, Shape::new([batch, inputs])),
-            (wanted.weight, Shape::new([classes, inputs])),
-            (wanted.bias, Shape::new([classes])),
-        ]
-        .into_iter()
-        .filter_map(|(want, shape)| want.then_some(shape))
-        .collect();
+        // Outputs: the loss, then the wanted gradients.
+        let mut shapes = vec![Shape::new([1])];
+        shapes.extend(wanted_shapes(wanted, batch, inputs, classes));
         let client = x.client.clone();
         let mut outputs = register::<B>(
             Stage::LossAndGradients(wanted, precision),
@@ -209,13 +197,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         .into_iter();
         start_queued(&client);
         let loss = outputs.next().expect("the loss");
-        let mut next = |want: bool| want.then(|| outputs.next().expect("a wanted output"));
-        let grads = HeadGradients {
-            x: next(wanted.x),
-            weight: next(wanted.weight),
-            bias: next(wanted.bias),
-        };
-        (loss, grads)
+        (loss, take_wanted(wanted, outputs))
     }
 
     fn head_linear_relu_forward(
@@ -350,17 +332,9 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
     ) -> HeadGradients<Self> {
         let [batch, inputs] = dims2("head_backward", "X [B, I]", &x);
         let [classes, _] = dims2("head_backward", "W [C, I]", &weight);
-        // Outputs in the order x, weight, bias, only those wanted.
-        let shapes: Vec<Shape> = [
-            (wanted.x, Shape::new([batch, inputs])),
-            (wanted.weight, Shape::new([classes, inputs])),
-            (wanted.bias, Shape::new([classes])),
-        ]
-        .into_iter()
-        .filter_map(|(want, shape)| want.then_some(shape))
-        .collect();
+        let shapes = wanted_shapes(wanted, batch, inputs, classes);
         let client = x.client.clone();
-        let mut outputs = if shapes.is_empty() {
+        let outputs = if shapes.is_empty() {
             Vec::new()
         } else {
             register::<B>(
@@ -371,12 +345,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         }
         .into_iter();
         start_queued(&client);
-        let mut next = |want: bool| want.then(|| outputs.next().expect("a wanted output"));
-        HeadGradients {
-            x: next(wanted.x),
-            weight: next(wanted.weight),
-            bias: next(wanted.bias),
-        }
+        take_wanted(wanted, outputs)
     }
 
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -394,6 +363,37 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
 /// is the stream's own decision). Does not wait.
 fn start_queued<R: FusionRuntime>(client: &burn_fusion::client::GlobalFusionClient<R>) {
     client.flush_queue();
+}
+
+/// The shapes of the wanted gradients, in the order x, weight, bias: the outputs of a stage
+/// that returns gradients.
+fn wanted_shapes(wanted: HeadWanted, batch: usize, inputs: usize, classes: usize) -> Vec<Shape> {
+    [
+        (wanted.x, Shape::new([batch, inputs])),
+        (wanted.weight, Shape::new([classes, inputs])),
+        (wanted.bias, Shape::new([classes])),
+    ]
+    .into_iter()
+    .filter_map(|(want, shape)| want.then_some(shape))
+    .collect()
+}
+
+/// The computed gradients in [`wanted_shapes`]'s order.
+fn wanted_outputs<B: Backend>(grads: HeadGradients<B>) -> impl Iterator<Item = FloatTensor<B>> {
+    [grads.x, grads.weight, grads.bias].into_iter().flatten()
+}
+
+/// The wanted gradients back from a stage's outputs, in [`wanted_shapes`]'s order.
+fn take_wanted<B: Backend>(
+    wanted: HeadWanted,
+    mut outputs: impl Iterator<Item = FloatTensor<B>>,
+) -> HeadGradients<B> {
+    let mut next = |want: bool| want.then(|| outputs.next().expect("a wanted output"));
+    HeadGradients {
+        x: next(wanted.x),
+        weight: next(wanted.weight),
+        bias: next(wanted.bias),
+    }
 }
 
 /// The single output of a one-output stage.
