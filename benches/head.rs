@@ -217,7 +217,7 @@ fn print_rows(rows: &[Row], on_h200: bool) {
             row.bwd.median,
             stock
                 .map(|s| format!("{:.2}x", s / row.step.median))
-                .unwrap_or_default(),
+                .unwrap_or_else(|| "not measured: no stock row in this run".to_string()),
             match &row.memory {
                 Ok(m) => {
                     let mib = |bytes: f64| bytes / (1 << 20) as f64;

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes docs/large-c.svg: full-step time and peak extra memory against C, per contender.
 
-The figures are BENCHMARKS.md's "Large C" section (H200, 2026-12-01, lease 2 for the times of
-ours and the peers, one lease; lease 3 for our live memory), copied here by hand. Run:
+The figures are BENCHMARKS.md's "Large C" section (H200, 2026-12-01, lease 2: ours and the
+peers in one lease), copied here by hand. Our memory is the pool's reservation of that lease
+(fusion off); the live bytes were measured in another lease and are not drawn beside the peers. Run:
 python3 docs/large-c-chart.py (no dependencies).
 """
 import math
@@ -21,7 +22,7 @@ TIME = {
 }
 # Peak extra memory beyond inputs and gradients, MiB.
 MEMORY = {
-    "ours, live (exact and TF32)": [63.3, 219.5, 407.8],
+    "ours, pool reservation (exact and TF32)": [213.5, 2419.3, 2800.7],
     "torch tf32": [94.5, 3372, 13900],
     "torch bf16": [78.5, 1686, 6950],
     "Liger FLCE tf32": [94.5, 625, 2129],
