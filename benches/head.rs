@@ -15,7 +15,9 @@
 //!
 //! CUDA contenders: our op and Burn's stock head, each on the default `Cuda` type (fusion on)
 //! and on the raw `CubeBackend` (fusion off), plus our op with `HeadPrecision::Tf32` on both
-//! where C > 32 (its floor counts the GEMMs at the TF32 tensor-core rate).
+//! where C > 32 (its floor counts the GEMMs at the TF32 tensor-core rate), and our op with
+//! `HeadActivation::Identity` (exact, and TF32 where C > 32) on the raw `CubeBackend`: the head
+//! without the ReLU, as Liger's and CCE's compute it.
 //!
 //! Partial runs: `--ours-only` (our CUDA contenders, with their memory; stock Burn's autotune
 //! takes 1 to 2 minutes per shape and process), `--tf32-only` (our TF32 contenders, no memory
@@ -215,9 +217,13 @@ fn print_rows(rows: &[Row], on_h200: bool) {
             row.step.p80,
             row.fwd.median,
             row.bwd.median,
-            stock
-                .map(|s| format!("{:.2}x", s / row.step.median))
-                .unwrap_or_else(|| "not measured: no stock row in this run".to_string()),
+            match stock {
+                _ if row.contender.contains("identity") => {
+                    "not compared: the stock rows are the ReLU head".to_string()
+                }
+                Some(s) => format!("{:.2}x", s / row.step.median),
+                None => "not measured: no stock row in this run".to_string(),
+            },
             match &row.memory {
                 Ok(m) => {
                     let mib = |bytes: f64| bytes / (1 << 20) as f64;
@@ -247,13 +253,15 @@ fn print_rows(rows: &[Row], on_h200: bool) {
 /// `HeadPrecision::Tf32`) run where C > 32 only (below, the op runs exact whatever the
 /// precision).
 #[cfg(feature = "cuda")]
-const CUDA_CONTENDERS: [&str; 6] = [
+const CUDA_CONTENDERS: [&str; 8] = [
     "ours Cuda",
     "stock Cuda",
     "ours CubeBackend",
     "stock CubeBackend",
     "ours TF32 Cuda",
     "ours TF32 CubeBackend",
+    "ours identity CubeBackend",
+    "ours TF32 identity CubeBackend",
 ];
 
 /// Our op with `HeadPrecision::Tf32`.
@@ -271,6 +279,37 @@ fn tf32_head<B: FusedHeadBackend>(
         labels,
         burn_fused_head::HeadPrecision::Tf32,
     )
+}
+
+/// Our op with `HeadActivation::Identity` (no ReLU: what Liger's and CCE's heads compute).
+#[cfg(feature = "cuda")]
+fn identity_head<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    burn_fused_head::linear_relu_cross_entropy_with(
+        x,
+        w,
+        b,
+        labels,
+        burn_fused_head::HeadActivation::Identity,
+    )
+}
+
+/// Our op with `HeadPrecision::Tf32` and `HeadActivation::Identity`.
+#[cfg(feature = "cuda")]
+fn tf32_identity_head<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let options = burn_fused_head::HeadOptions::new()
+        .with_precision(burn_fused_head::HeadPrecision::Tf32)
+        .with_activation(burn_fused_head::HeadActivation::Identity);
+    burn_fused_head::linear_relu_cross_entropy_with(x, w, b, labels, options)
 }
 
 /// What [`cuda_contender`] measured.
@@ -316,7 +355,9 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
             2 => step_then_reserved(&|| one_step::<Raw>(&device, data, linear_relu_cross_entropy)),
             3 => step_then_reserved(&|| one_step::<Raw>(&device, data, stock_head_loss)),
             4 => step_then_reserved(&|| one_step::<Fused>(&device, data, tf32_head)),
-            _ => step_then_reserved(&|| one_step::<Raw>(&device, data, tf32_head)),
+            5 => step_then_reserved(&|| one_step::<Raw>(&device, data, tf32_head)),
+            6 => step_then_reserved(&|| one_step::<Raw>(&device, data, identity_head)),
+            _ => step_then_reserved(&|| one_step::<Raw>(&device, data, tf32_identity_head)),
         });
     }
     let none = &|_| Err("timing run".to_string());
@@ -326,7 +367,9 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
         2 => bench::<Raw>(name, &device, data, linear_relu_cross_entropy, none),
         3 => bench::<Raw>(name, &device, data, stock_head_loss, none),
         4 => bench::<Fused>(name, &device, data, tf32_head, none),
-        _ => bench::<Raw>(name, &device, data, tf32_head, none),
+        5 => bench::<Raw>(name, &device, data, tf32_head, none),
+        6 => bench::<Raw>(name, &device, data, identity_head, none),
+        _ => bench::<Raw>(name, &device, data, tf32_identity_head, none),
     })
 }
 

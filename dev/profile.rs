@@ -2,23 +2,44 @@
 //! profiler (Nsight Compute: `ncu --section SpeedOfLight ...`).
 //!
 //!   cargo run --release --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
+//!     [--tf32] [--identity]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
 //! without the feature, on NdArray. `--phases` then times `steps` more steps phase by phase
 //! (host calls and GPU waits apart) and prints the medians, and on the raw backend the forward's
-//! and backward's times as CubeCL's `profile` measures them.
+//! and backward's times as CubeCL's `profile` measures them. `--tf32` and `--identity` set the
+//! op's precision and activation (exact and ReLU by default).
 
 use std::time::Instant;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
 use burn_fused_head::reference::HeadData;
-use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+use burn_fused_head::{
+    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, linear_relu_cross_entropy_with,
+};
 
 /// Whether `--flag` is on the command line.
 fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
+}
+
+/// The op with the options of the command line.
+fn head<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let mut options = HeadOptions::new();
+    if flag("--tf32") {
+        options = options.with_precision(HeadPrecision::Tf32);
+    }
+    if flag("--identity") {
+        options = options.with_activation(HeadActivation::Identity);
+    }
+    linear_relu_cross_entropy_with(x, w, b, labels, options)
 }
 
 /// B, I, C and steps from the command line: (64, 128, 10) and 1 step by default.
@@ -45,7 +66,7 @@ fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
     for _ in 0..steps {
-        let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
+        let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
         let grads = loss.backward();
         let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
         B::sync(device).unwrap();
@@ -78,7 +99,7 @@ fn phases<B: AutodiffBackend + FusedHeadBackend>(
     let mut parts: [Vec<f64>; 5] = Default::default();
     for _ in 0..steps.max(1) {
         let t = Instant::now();
-        let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
+        let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
         parts[0].push(ms(t));
         let t = Instant::now();
         B::sync(device).unwrap();
@@ -92,7 +113,7 @@ fn phases<B: AutodiffBackend + FusedHeadBackend>(
         parts[3].push(ms(t));
         drop(kept);
         let t = Instant::now();
-        let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
+        let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
         let grads = loss.backward();
         let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
         B::sync(device).unwrap();
@@ -111,7 +132,7 @@ fn phases<B: AutodiffBackend + FusedHeadBackend>(
         let t = Instant::now();
         let mut kept = Vec::new();
         for _ in 0..20 {
-            let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels.clone());
+            let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
             let grads = loss.backward();
             kept.push((x.grad(&grads), w.grad(&grads), b.grad(&grads)));
         }
@@ -164,7 +185,7 @@ fn device_times() {
     for _ in 0..steps {
         let (xf, wf, bf, lf) = (x.clone(), w.clone(), b.clone(), labels.clone());
         let (loss, d) = client
-            .profile(move || linear_relu_cross_entropy(xf, wf, bf, lf), "forward")
+            .profile(move || head(xf, wf, bf, lf), "forward")
             .unwrap();
         if fwd.is_empty() {
             println!("timing method: {:?}", d.timing_method());

@@ -22,7 +22,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Element, ElementConversion, Int, Tensor, TensorData};
 use burn_fused_head::reference::seeded_uniform;
-use burn_fused_head::{FusedHead, FusedHeadBackend, HeadPrecision};
+use burn_fused_head::{FusedHead, FusedHeadBackend, HeadActivation, HeadPrecision};
 
 /// Adam's learning rate.
 pub const LEARNING_RATE: f64 = 1e-3;
@@ -114,6 +114,7 @@ impl<B: FusedHeadBackend> Mlp<B> {
             // With b ~ U(-k, k) about 10% of the test set stayed stuck (89.4% accuracy).
             bias: Param::from_tensor(seeded_uniform(seed + 1, [10], k_hidden, device) + 1.0),
             precision: HeadPrecision::Exact,
+            activation: HeadActivation::Relu,
         };
         let first = Linear {
             weight: Param::from_tensor(seeded_uniform(seed + 2, [64, hidden], k_in, device)),

@@ -12,7 +12,9 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
-use crate::backend::{FusedHeadBackend, HeadGradients, HeadLimits, HeadPrecision, HeadWanted};
+use crate::backend::{
+    FusedHeadBackend, HeadGradients, HeadLimits, HeadOptions, HeadWanted, predictions_of,
+};
 
 /// Only the loss is overridden: the stages keep their stock-op bodies on `Autodiff`, which
 /// autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
@@ -34,75 +36,126 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> FloatTensor<Self> {
-        /// The backward step, in the forward pass's precision.
-        #[derive(Debug)]
-        struct HeadBackward(HeadPrecision);
+        tracked::<B, C>(x, weight, bias, labels, options, false).0
+    }
 
-        impl<B: FusedHeadBackend> Backward<B, 3> for HeadBackward {
-            /// X (dW needs it) and W (dX needs it) as checkpointed parents, then Z (the ReLU
-            /// mask) and dH (for a unit upstream gradient), both `[B, C]`, from the forward pass.
-            type State = (NodeId, NodeId, FloatTensor<B>, FloatTensor<B>);
+    fn linear_relu_cross_entropy_and_predictions(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        options: HeadOptions,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        let (loss, predictions) = tracked::<B, C>(x, weight, bias, labels, options, true);
+        (loss, predictions.expect("predictions asked for"))
+    }
+}
 
-            fn backward(
-                self,
-                ops: Ops<Self::State, 3>,
-                grads: &mut Gradients,
-                checkpointer: &mut Checkpointer,
-            ) {
-                let [node_x, node_weight, node_bias] = ops.parents;
-                // The upstream gradient of the loss, [1]: 1 for a plain `loss.backward()`, any
-                // other value when the loss was scaled or added to other losses.
-                let grad_loss = grads.consume::<B>(&ops.node);
-                let (x_id, weight_id, z, dh) = ops.state;
-                let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
-                let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
+/// The tracked loss, and with `predict` the predictions (never tracked: integers).
+fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<B, C>>,
+    weight: FloatTensor<Autodiff<B, C>>,
+    bias: FloatTensor<Autodiff<B, C>>,
+    labels: IntTensor<Autodiff<B, C>>,
+    options: HeadOptions,
+    predict: bool,
+) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
+    /// The backward step, with the forward pass's options.
+    #[derive(Debug)]
+    struct HeadBackward(HeadOptions);
 
-                let wanted = HeadWanted {
-                    x: node_x.is_some(),
-                    weight: node_weight.is_some(),
-                    bias: node_bias.is_some(),
-                };
-                let out = B::head_backward(x, weight, z, dh, grad_loss, wanted, self.0);
-                let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
-                register::<B>(grads, parents, out, |g| g);
-            }
+    impl<B: FusedHeadBackend> Backward<B, 3> for HeadBackward {
+        /// X (dW needs it) and W (dX needs it) as checkpointed parents, then Z (the ReLU
+        /// mask) and dH (for a unit upstream gradient), both `[B, C]`, from the forward pass.
+        type State = (NodeId, NodeId, FloatTensor<B>, FloatTensor<B>);
+
+        fn backward(
+            self,
+            ops: Ops<Self::State, 3>,
+            grads: &mut Gradients,
+            checkpointer: &mut Checkpointer,
+        ) {
+            let [node_x, node_weight, node_bias] = ops.parents;
+            // The upstream gradient of the loss, [1]: 1 for a plain `loss.backward()`, any
+            // other value when the loss was scaled or added to other losses.
+            let grad_loss = grads.consume::<B>(&ops.node);
+            let (x_id, weight_id, z, dh) = ops.state;
+            let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
+            let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
+
+            let wanted = HeadWanted {
+                x: node_x.is_some(),
+                weight: node_weight.is_some(),
+                bias: node_bias.is_some(),
+            };
+            let out = B::head_backward(x, weight, z, dh, grad_loss, wanted, self.0);
+            let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
+            register::<B>(grads, parents, out, |g| g);
         }
+    }
 
-        let (x_shape, classes) = (x.primitive.shape(), weight.primitive.shape()[0]);
-        if x_shape.num_dims() == 2 && B::head_gradients_in_forward(x_shape[0], x_shape[1], classes)
-        {
-            return gradients_in_forward::<B, C>(x, weight, bias, labels, precision);
-        }
+    let (x_shape, classes) = (x.primitive.shape(), weight.primitive.shape()[0]);
+    if x_shape.num_dims() == 2 && B::head_gradients_in_forward(x_shape[0], x_shape[1], classes) {
+        return gradients_in_forward::<B, C>(x, weight, bias, labels, options, predict);
+    }
 
-        // Compute bound: keep Z and dH from the forward pass rather than recompute the GEMM
-        // under a checkpointing strategy. Labels are integers: not a parent, never differentiated.
-        match HeadBackward(precision)
-            .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(mut prep) => {
-                let x_id = prep.checkpoint(&x);
-                let weight_id = prep.checkpoint(&weight);
-                let fwd = B::head_forward(
-                    x.primitive,
-                    weight.primitive,
-                    bias.primitive,
-                    labels,
-                    precision,
-                );
-                prep.finish((x_id, weight_id, fwd.z, fwd.dh), fwd.loss)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(B::linear_relu_cross_entropy(
+    // Compute bound: keep Z and dH from the forward pass rather than recompute the GEMM
+    // under a checkpointing strategy. Labels are integers: not a parent, never differentiated.
+    match HeadBackward(options)
+        .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(mut prep) => {
+            let x_id = prep.checkpoint(&x);
+            let weight_id = prep.checkpoint(&weight);
+            let dtype = labels.dtype();
+            let fwd = B::head_forward(
                 x.primitive,
                 weight.primitive,
                 bias.primitive,
                 labels,
-                precision,
-            )),
+                options,
+            );
+            let predictions =
+                predict.then(|| predictions_of::<B>(fwd.z.clone(), options.activation, dtype));
+            let loss = prep.finish((x_id, weight_id, fwd.z, fwd.dh), fwd.loss);
+            (loss, predictions)
         }
+        OpsKind::UnTracked(prep) => {
+            let (loss, predictions) = untracked::<B>(
+                x.primitive,
+                weight.primitive,
+                bias.primitive,
+                labels,
+                options,
+                predict,
+            );
+            (prep.finish(loss), predictions)
+        }
+    }
+}
+
+/// The loss (and with `predict` the predictions) on B, nothing tracked.
+fn untracked<B: FusedHeadBackend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    labels: IntTensor<B>,
+    options: HeadOptions,
+    predict: bool,
+) -> (FloatTensor<B>, Option<IntTensor<B>>) {
+    if predict {
+        let (loss, predictions) =
+            B::linear_relu_cross_entropy_and_predictions(x, weight, bias, labels, options);
+        (loss, Some(predictions))
+    } else {
+        (
+            B::linear_relu_cross_entropy(x, weight, bias, labels, options),
+            None,
+        )
     }
 }
 
@@ -113,8 +166,9 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     weight: FloatTensor<Autodiff<B, C>>,
     bias: FloatTensor<Autodiff<B, C>>,
     labels: IntTensor<Autodiff<B, C>>,
-    precision: HeadPrecision,
-) -> FloatTensor<Autodiff<B, C>> {
+    options: HeadOptions,
+    predict: bool,
+) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
     /// The backward step: scale and register.
     #[derive(Debug)]
     struct ScaleGradients;
@@ -150,23 +204,29 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let (loss, grads) = B::head_loss_and_gradients(
+            let (x, weight, bias) = (x.primitive, weight.primitive, bias.primitive);
+            if predict {
+                let (loss, grads, predictions) = B::head_loss_gradients_and_predictions(
+                    x, weight, bias, labels, wanted, options,
+                );
+                (prep.finish(grads, loss), Some(predictions))
+            } else {
+                let (loss, grads) =
+                    B::head_loss_and_gradients(x, weight, bias, labels, wanted, options);
+                (prep.finish(grads, loss), None)
+            }
+        }
+        OpsKind::UnTracked(prep) => {
+            let (loss, predictions) = untracked::<B>(
                 x.primitive,
                 weight.primitive,
                 bias.primitive,
                 labels,
-                wanted,
-                precision,
+                options,
+                predict,
             );
-            prep.finish(grads, loss)
+            (prep.finish(loss), predictions)
         }
-        OpsKind::UnTracked(prep) => prep.finish(B::linear_relu_cross_entropy(
-            x.primitive,
-            weight.primitive,
-            bias.primitive,
-            labels,
-            precision,
-        )),
     }
 }
 

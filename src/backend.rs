@@ -7,7 +7,7 @@ use burn::backend::ndarray::{
 };
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Int, Tensor, TensorPrimitive};
+use burn::tensor::{DType, Int, Tensor, TensorMetadata, TensorPrimitive};
 
 /// What the forward pass keeps for the backward pass.
 #[derive(Debug, Clone)]
@@ -89,6 +89,75 @@ impl Default for HeadPrecision {
     }
 }
 
+/// The activation between the linear layer and the softmax: `H = act(X W^T + b)`.
+///
+/// `Relu` (the default) is the seed's model. `Identity` applies the cross-entropy to the
+/// logits `X W^T + b` themselves, as Burn's `Linear` + `CrossEntropyLoss`, PyTorch's
+/// `cross_entropy(linear(x))` and every LM head do. Each kernel is compiled once per
+/// activation (a compile-time choice inside it, no per-element branch).
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub enum HeadActivation {
+    /// `H = ReLU(Z)`; `dZ = dH [Z > 0]`.
+    Relu,
+    /// `H = Z`; `dZ = dH`.
+    Identity,
+}
+
+// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
+#[allow(clippy::derivable_impls)]
+impl Default for HeadActivation {
+    fn default() -> Self {
+        Self::Relu
+    }
+}
+
+/// How the op computes: the precision of the large-C products and the activation. The
+/// public functions take anything that converts into it, so a bare [`HeadPrecision`] (with
+/// ReLU) or a bare [`HeadActivation`] (exact) works as well as the whole struct:
+///
+/// ```
+/// use burn_fused_head::{HeadActivation, HeadOptions, HeadPrecision};
+/// let options = HeadOptions::new()
+///     .with_precision(HeadPrecision::Tf32)
+///     .with_activation(HeadActivation::Identity);
+/// assert_eq!(HeadOptions::from(HeadPrecision::Tf32).activation, HeadActivation::Relu);
+/// # let _ = options;
+/// ```
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub struct HeadOptions {
+    /// See [`HeadPrecision`]. Default: exact f32.
+    #[config(default = "HeadPrecision::Exact")]
+    pub precision: HeadPrecision,
+    /// See [`HeadActivation`]. Default: ReLU.
+    #[config(default = "HeadActivation::Relu")]
+    pub activation: HeadActivation,
+}
+
+impl Default for HeadOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl From<HeadPrecision> for HeadOptions {
+    fn from(precision: HeadPrecision) -> Self {
+        Self::new().with_precision(precision)
+    }
+}
+
+impl From<HeadActivation> for HeadOptions {
+    fn from(activation: HeadActivation) -> Self {
+        Self::new().with_activation(activation)
+    }
+}
+
+impl HeadOptions {
+    /// Whether the activation is ReLU (the kernels' compile-time flag).
+    pub(crate) fn relu(self) -> bool {
+        self.activation == HeadActivation::Relu
+    }
+}
+
 /// What a backend's implementation of the op accepts, checked before anything runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadLimits {
@@ -149,20 +218,23 @@ pub trait FusedHeadBackend: Backend {
         (prim(z), prim(h))
     }
 
-    /// The head's output `H = ReLU(X W^T + b)` `[B, C]` alone, without the loss: what
+    /// The head's output `H = act(X W^T + b)` `[B, C]` alone, without the loss: what
     /// [`crate::linear_relu_logits_with`] runs. The default is stage 1
-    /// ([`head_linear_relu_forward`](Self::head_linear_relu_forward)), exact whatever the
-    /// `precision`; the CubeCL backends run the fast path's forward kernels without the loss
-    /// (C <= 32: one pass over X; C > 32: the tiled product, on TF32 tensor cores with
-    /// [`HeadPrecision::Tf32`] where the device has them).
+    /// ([`head_linear_relu_forward`](Self::head_linear_relu_forward)), its H for ReLU and its Z
+    /// for the identity, exact whatever the precision; the CubeCL backends run the fast path's
+    /// forward kernels without the loss (C <= 32: one pass over X; C > 32: the tiled product,
+    /// on TF32 tensor cores with [`HeadPrecision::Tf32`] where the device has them).
     fn head_logits(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> FloatTensor<Self> {
-        let _ = precision;
-        Self::head_linear_relu_forward(x, weight, bias).1
+        let (z, h) = Self::head_linear_relu_forward(x, weight, bias);
+        match options.activation {
+            HeadActivation::Relu => h,
+            HeadActivation::Identity => z,
+        }
     }
 
     /// Stage 2: stable softmax cross-entropy; returns `(loss_rows [B], dH [B, C])` with
@@ -275,16 +347,20 @@ pub trait FusedHeadBackend: Backend {
     }
 
     /// The fused forward: stages 1 and 2 and the mean, keeping Z and dH for the backward pass.
-    /// The default runs the stages one by one, exact whatever the `precision`.
+    /// The default runs the stages one by one, exact whatever the precision; with
+    /// [`HeadActivation::Identity`], stage 2 takes Z where it takes H.
     fn head_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> HeadForward<Self> {
-        let _ = precision;
         let (z, h) = Self::head_linear_relu_forward(x, weight, bias); // [B, C] each
+        let h = match options.activation {
+            HeadActivation::Relu => h,
+            HeadActivation::Identity => z.clone(),
+        };
         let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
         HeadForward {
             loss: Self::head_mean_loss(loss_rows),
@@ -296,9 +372,10 @@ pub trait FusedHeadBackend: Backend {
     /// The fused backward: stages 3 to 6 from what [`head_forward`](Self::head_forward) kept,
     /// for the upstream gradient `grad_loss` `[1]`, producing only the wanted gradients.
     ///
-    /// The default runs the stages one by one, exact whatever the `precision`; the CubeCL
-    /// backends override this (and `head_forward`) with fused and tiled kernels, checked against
-    /// the stages by the tests.
+    /// The default runs the stages one by one, exact whatever the precision (with
+    /// [`HeadActivation::Identity`], `dZ = dH g` in place of stage 3); the CubeCL backends
+    /// override this (and `head_forward`) with fused and tiled kernels, checked against the
+    /// stages by the tests.
     fn head_backward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -306,10 +383,12 @@ pub trait FusedHeadBackend: Backend {
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
         wanted: HeadWanted,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> HeadGradients<Self> {
-        let _ = precision;
-        let dz = Self::head_relu_backward(z, dh, grad_loss); // [B, C]
+        let dz = match options.activation {
+            HeadActivation::Relu => Self::head_relu_backward(z, dh, grad_loss), // [B, C]
+            HeadActivation::Identity => scaled::<Self>(dh, grad_loss),          // [B, C]
+        };
         HeadGradients {
             weight: wanted
                 .weight
@@ -344,9 +423,51 @@ pub trait FusedHeadBackend: Backend {
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
         wanted: HeadWanted,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
-        forward_then_backward::<Self>(x, weight, bias, labels, wanted, precision)
+        forward_then_backward::<Self>(x, weight, bias, labels, wanted, options)
+    }
+
+    /// [`head_loss_and_gradients`](Self::head_loss_and_gradients), plus the predicted class of
+    /// each row, `[B]` in the labels' int dtype: the argmax of `H = act(X W^T + b)`, the first
+    /// class of the row's largest value (a row with a NaN gets an unspecified class; its loss is
+    /// NaN). From the same pass: no second product.
+    ///
+    /// The default runs [`head_forward`](Self::head_forward), takes the argmax of its Z's
+    /// activation with stock ops, then (if any gradient is wanted)
+    /// [`head_backward`](Self::head_backward) with an upstream gradient of 1. The CubeCL
+    /// backends at C > 32 find it in the streamed path's row kernel.
+    fn head_loss_gradients_and_predictions(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        wanted: HeadWanted,
+        options: HeadOptions,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
+        forward_backward_predictions::<Self>(x, weight, bias, labels, wanted, options)
+    }
+
+    /// The loss `[1]` and the predicted class of each row `[B]`:
+    /// [`head_loss_gradients_and_predictions`](Self::head_loss_gradients_and_predictions) with
+    /// no gradient wanted. [`Autodiff`](burn::backend::Autodiff) overrides this with a tracked
+    /// loss (the predictions are never differentiated).
+    fn linear_relu_cross_entropy_and_predictions(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        options: HeadOptions,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        let (loss, _, predictions) = Self::head_loss_gradients_and_predictions(
+            x,
+            weight,
+            bias,
+            labels,
+            HeadWanted::NONE,
+            options,
+        );
+        (loss, predictions)
     }
 
     /// The loss alone, `[1]`: [`head_loss_and_gradients`](Self::head_loss_and_gradients) with
@@ -357,9 +478,9 @@ pub trait FusedHeadBackend: Backend {
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> FloatTensor<Self> {
-        Self::head_loss_and_gradients(x, weight, bias, labels, HeadWanted::NONE, precision).0
+        Self::head_loss_and_gradients(x, weight, bias, labels, HeadWanted::NONE, options).0
     }
 }
 
@@ -371,17 +492,40 @@ pub(crate) fn forward_then_backward<B: FusedHeadBackend>(
     bias: FloatTensor<B>,
     labels: IntTensor<B>,
     wanted: HeadWanted,
-    precision: HeadPrecision,
+    options: HeadOptions,
 ) -> (FloatTensor<B>, HeadGradients<B>) {
     if !wanted.any() {
-        let loss = B::head_forward(x, weight, bias, labels, precision).loss;
+        let loss = B::head_forward(x, weight, bias, labels, options).loss;
         return (loss, HeadGradients::none());
     }
-    let fwd = B::head_forward(x.clone(), weight.clone(), bias, labels, precision);
+    let fwd = B::head_forward(x.clone(), weight.clone(), bias, labels, options);
     let loss = float::<B, 1>(fwd.loss); // [1]
     let one = Tensor::<B, 1>::ones([1], (&loss.device(), loss.dtype())); // [1]
-    let grads = B::head_backward(x, weight, fwd.z, fwd.dh, prim(one), wanted, precision);
+    let grads = B::head_backward(x, weight, fwd.z, fwd.dh, prim(one), wanted, options);
     (prim(loss), grads)
+}
+
+/// [`FusedHeadBackend::head_loss_gradients_and_predictions`]'s default: B's forward, the argmax
+/// of its Z's activation (stock ops), then, if any gradient is wanted, B's backward with an
+/// upstream gradient of 1.
+pub(crate) fn forward_backward_predictions<B: FusedHeadBackend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    labels: IntTensor<B>,
+    wanted: HeadWanted,
+    options: HeadOptions,
+) -> (FloatTensor<B>, HeadGradients<B>, IntTensor<B>) {
+    let dtype = labels.dtype();
+    let fwd = B::head_forward(x.clone(), weight.clone(), bias, labels, options);
+    let predictions = predictions_of::<B>(fwd.z.clone(), options.activation, dtype);
+    if !wanted.any() {
+        return (fwd.loss, HeadGradients::none(), predictions);
+    }
+    let loss = float::<B, 1>(fwd.loss); // [1]
+    let one = Tensor::<B, 1>::ones([1], (&loss.device(), loss.dtype())); // [1]
+    let grads = B::head_backward(x, weight, fwd.z, fwd.dh, prim(one), wanted, options);
+    (prim(loss), grads, predictions)
 }
 
 impl<B: Backend> HeadGradients<B> {
@@ -408,6 +552,48 @@ fn zeros_or_empty<B: Backend, const D: usize>(
     } else {
         Tensor::zeros(shape, (&device, dtype))
     }
+}
+
+/// The predicted class of each row of `act(Z)`, `[B]` of int dtype `dtype`, from stock ops: the
+/// first class of the row's largest value (the rule of the CubeCL row kernel, written out
+/// rather than left to a backend's `argmax`).
+pub(crate) fn predictions_of<B: Backend>(
+    z: FloatTensor<B>,
+    activation: HeadActivation,
+    dtype: DType,
+) -> IntTensor<B> {
+    let z = float::<B, 2>(z); // [B, C]
+    let [batch, classes] = z.dims();
+    let device = z.device();
+    if batch == 0 {
+        return Tensor::<B, 1, Int>::empty([0], (&device, dtype)).into_primitive();
+    }
+    let h = match activation {
+        HeadActivation::Relu => z.clone().mask_fill(z.lower_equal_elem(0), 0),
+        HeadActivation::Identity => z,
+    }; // [B, C]
+    let top = h.clone().max_dim(1).expand([batch, classes]); // [B, C]
+    let class = Tensor::<B, 1, Int>::arange(0..classes as i64, &device)
+        .unsqueeze_dim::<2>(0)
+        .expand([batch, classes]); // [B, C]
+    let first = class
+        .mask_fill(h.equal(top).bool_not(), classes as i64)
+        .min_dim(1)
+        .squeeze_dim::<1>(1); // [B]; C where no value equals the maximum (a NaN)
+    let first = first
+        .clone()
+        .mask_fill(first.greater_equal_elem(classes as i64), 0);
+    first.cast(dtype).into_primitive()
+}
+
+/// `dH g` `[B, C]` (the identity's stage 3), g `[1]` the upstream gradient.
+pub(crate) fn scaled<B: Backend>(dh: FloatTensor<B>, grad_loss: FloatTensor<B>) -> FloatTensor<B> {
+    let dh = float::<B, 2>(dh); // [B, C]
+    if dh.shape().num_elements() == 0 {
+        return prim(dh); // [0, C]: broadcasting against g [1, 1] would make it [1, C]
+    }
+    let g = float::<B, 1>(grad_loss).unsqueeze_dim::<2>(0); // [1, 1]
+    prim(dh * g)
 }
 
 /// A float primitive as a tensor of rank `D`.

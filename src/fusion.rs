@@ -12,16 +12,19 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
 use crate::backend::{
-    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
+    FusedHeadBackend, HeadActivation, HeadForward, HeadGradients, HeadLimits, HeadOptions,
+    HeadPrecision, HeadWanted,
 };
 
 /// The seven primitive stages and the fused forward and backward, as fusion operations.
 #[derive(Debug, Clone, Copy)]
 enum Stage {
-    Forward(HeadPrecision),
-    Backward(HeadWanted, HeadPrecision),
-    LossAndGradients(HeadWanted, HeadPrecision),
-    Logits(HeadPrecision),
+    Forward(HeadOptions),
+    Backward(HeadWanted, HeadOptions),
+    LossAndGradients(HeadWanted, HeadOptions),
+    /// Outputs: the loss, the predictions (int), then the wanted gradients.
+    LossGradientsPredictions(HeadWanted, HeadOptions),
+    Logits(HeadOptions),
     LinearReluForward,
     SoftmaxCrossEntropy,
     ReluBackward,
@@ -34,14 +37,11 @@ enum Stage {
 impl Stage {
     fn id(self) -> &'static str {
         match self {
-            Stage::Forward(HeadPrecision::Exact) => "fused_head_forward",
-            Stage::Forward(HeadPrecision::Tf32) => "fused_head_forward_tf32",
-            Stage::Backward(_, HeadPrecision::Exact) => "fused_head_backward",
-            Stage::Backward(_, HeadPrecision::Tf32) => "fused_head_backward_tf32",
-            Stage::LossAndGradients(_, HeadPrecision::Exact) => "fused_head_loss_and_gradients",
-            Stage::LossAndGradients(_, HeadPrecision::Tf32) => "fused_head_loss_and_gradients_tf32",
-            Stage::Logits(HeadPrecision::Exact) => "fused_head_logits",
-            Stage::Logits(HeadPrecision::Tf32) => "fused_head_logits_tf32",
+            Stage::Forward(o) => variant(o, FORWARD),
+            Stage::Backward(_, o) => variant(o, BACKWARD),
+            Stage::LossAndGradients(_, o) => variant(o, LOSS_AND_GRADIENTS),
+            Stage::LossGradientsPredictions(_, o) => variant(o, LOSS_GRADIENTS_PREDICTIONS),
+            Stage::Logits(o) => variant(o, LOGITS),
             Stage::LinearReluForward => "fused_head_linear_relu_forward",
             Stage::SoftmaxCrossEntropy => "fused_head_softmax_cross_entropy",
             Stage::ReluBackward => "fused_head_relu_backward",
@@ -51,6 +51,54 @@ impl Stage {
             Stage::MeanLoss => "fused_head_mean_loss",
         }
     }
+}
+
+/// The ids of one fused stage for each option: [exact, TF32] x [ReLU, identity].
+type Variants = [[&'static str; 2]; 2];
+const FORWARD: Variants = [
+    ["fused_head_forward", "fused_head_forward_identity"],
+    [
+        "fused_head_forward_tf32",
+        "fused_head_forward_tf32_identity",
+    ],
+];
+const BACKWARD: Variants = [
+    ["fused_head_backward", "fused_head_backward_identity"],
+    [
+        "fused_head_backward_tf32",
+        "fused_head_backward_tf32_identity",
+    ],
+];
+const LOSS_AND_GRADIENTS: Variants = [
+    [
+        "fused_head_loss_and_gradients",
+        "fused_head_loss_and_gradients_identity",
+    ],
+    [
+        "fused_head_loss_and_gradients_tf32",
+        "fused_head_loss_and_gradients_tf32_identity",
+    ],
+];
+const LOSS_GRADIENTS_PREDICTIONS: Variants = [
+    [
+        "fused_head_loss_gradients_predictions",
+        "fused_head_loss_gradients_predictions_identity",
+    ],
+    [
+        "fused_head_loss_gradients_predictions_tf32",
+        "fused_head_loss_gradients_predictions_tf32_identity",
+    ],
+];
+const LOGITS: Variants = [
+    ["fused_head_logits", "fused_head_logits_identity"],
+    ["fused_head_logits_tf32", "fused_head_logits_tf32_identity"],
+];
+
+/// A fused stage's id for `options`: each choice of options is its own operation.
+fn variant(options: HeadOptions, ids: Variants) -> &'static str {
+    let precision = usize::from(options.precision == HeadPrecision::Tf32);
+    let activation = usize::from(options.activation == HeadActivation::Identity);
+    ids[precision][activation]
 }
 
 /// One registered stage: its IR (inputs, outputs) and which of B's methods runs it.
@@ -68,15 +116,33 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
     ) {
         let inputs = &self.desc.inputs;
         let outputs = &self.desc.outputs;
+        if let Stage::LossGradientsPredictions(wanted, options) = self.stage {
+            let labels = handles.get_int_tensor::<B>(&inputs[3]);
+            let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
+            let (loss, grads, predictions) = B::head_loss_gradients_and_predictions(
+                float(0),
+                float(1),
+                float(2),
+                labels,
+                wanted,
+                options,
+            );
+            handles.register_float_tensor::<B>(&outputs[0].id, loss);
+            handles.register_int_tensor::<B>(&outputs[1].id, predictions);
+            for (out, tensor) in outputs[2..].iter().zip(wanted_outputs(grads)) {
+                handles.register_float_tensor::<B>(&out.id, tensor);
+            }
+            return;
+        }
         let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
         let results: Vec<FloatTensor<B>> = match self.stage {
-            Stage::Forward(precision) => {
+            Stage::Forward(options) => {
                 let labels = handles.get_int_tensor::<B>(&inputs[3]);
                 let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
-                let fwd = B::head_forward(float(0), float(1), float(2), labels, precision);
+                let fwd = B::head_forward(float(0), float(1), float(2), labels, options);
                 vec![fwd.loss, fwd.z, fwd.dh]
             }
-            Stage::Backward(wanted, precision) => {
+            Stage::Backward(wanted, options) => {
                 let grads = B::head_backward(
                     float(0),
                     float(1),
@@ -84,11 +150,11 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                     float(3),
                     float(4),
                     wanted,
-                    precision,
+                    options,
                 );
                 wanted_outputs(grads).collect()
             }
-            Stage::LossAndGradients(wanted, precision) => {
+            Stage::LossAndGradients(wanted, options) => {
                 let labels = handles.get_int_tensor::<B>(&inputs[3]);
                 let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
                 let (loss, grads) = B::head_loss_and_gradients(
@@ -97,13 +163,14 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                     float(2),
                     labels,
                     wanted,
-                    precision,
+                    options,
                 );
                 std::iter::once(loss).chain(wanted_outputs(grads)).collect()
             }
-            Stage::Logits(precision) => {
-                vec![B::head_logits(float(0), float(1), float(2), precision)]
+            Stage::Logits(options) => {
+                vec![B::head_logits(float(0), float(1), float(2), options)]
             }
+            Stage::LossGradientsPredictions(..) => unreachable!("run above: an int output"),
             Stage::LinearReluForward => {
                 let (z, h) = B::head_linear_relu_forward(float(0), float(1), float(2));
                 vec![z, h]
@@ -133,12 +200,22 @@ fn register<B: FusionBackend + FusedHeadBackend>(
     inputs: Vec<FusionTensor<B::FusionRuntime>>,
     output_shapes: &[Shape],
 ) -> Vec<FusionTensor<B::FusionRuntime>> {
-    let client = inputs[0].client.clone();
     let dtype: DType = inputs[0].dtype;
+    let outputs: Vec<(Shape, DType)> = output_shapes.iter().map(|s| (s.clone(), dtype)).collect();
+    register_typed::<B>(stage, inputs, &outputs)
+}
+
+/// [`register`] with each output's dtype given.
+fn register_typed<B: FusionBackend + FusedHeadBackend>(
+    stage: Stage,
+    inputs: Vec<FusionTensor<B::FusionRuntime>>,
+    outputs: &[(Shape, DType)],
+) -> Vec<FusionTensor<B::FusionRuntime>> {
+    let client = inputs[0].client.clone();
     let streams = OperationStreams::with_inputs(&inputs);
-    let outputs: Vec<TensorIr> = output_shapes
+    let outputs: Vec<TensorIr> = outputs
         .iter()
-        .map(|shape| TensorIr::uninit(client.create_empty_handle(), shape.clone(), dtype))
+        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape.clone(), *dtype))
         .collect();
     let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
     let desc = CustomOpIr::new(stage.id(), &inputs, &outputs);
@@ -177,7 +254,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
         wanted: HeadWanted,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
         let (batch, inputs, classes) = crate::validate::linear_shapes(
             "head_loss_and_gradients",
@@ -190,7 +267,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         shapes.extend(wanted_shapes(wanted, batch, inputs, classes));
         let client = x.client.clone();
         let mut outputs = register::<B>(
-            Stage::LossAndGradients(wanted, precision),
+            Stage::LossAndGradients(wanted, options),
             vec![x, weight, bias, labels],
             &shapes,
         )
@@ -198,6 +275,44 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         start_queued(&client);
         let loss = outputs.next().expect("the loss");
         (loss, take_wanted(wanted, outputs))
+    }
+
+    fn head_loss_gradients_and_predictions(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        wanted: HeadWanted,
+        options: HeadOptions,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
+        let (batch, inputs, classes) = crate::validate::linear_shapes(
+            "head_loss_gradients_and_predictions",
+            &x.shape,
+            &weight.shape,
+            &bias.shape,
+        );
+        // Outputs: the loss, the predictions in the labels' dtype, then the wanted gradients.
+        let (float_dtype, label_dtype) = (x.dtype, labels.dtype);
+        let mut outputs = vec![
+            (Shape::new([1]), float_dtype),
+            (Shape::new([batch]), label_dtype),
+        ];
+        outputs.extend(
+            wanted_shapes(wanted, batch, inputs, classes)
+                .into_iter()
+                .map(|shape| (shape, float_dtype)),
+        );
+        let client = x.client.clone();
+        let mut outputs = register_typed::<B>(
+            Stage::LossGradientsPredictions(wanted, options),
+            vec![x, weight, bias, labels],
+            &outputs,
+        )
+        .into_iter();
+        start_queued(&client);
+        let loss = outputs.next().expect("the loss");
+        let predictions = outputs.next().expect("the predictions");
+        (loss, take_wanted(wanted, outputs), predictions)
     }
 
     fn head_linear_relu_forward(
@@ -226,13 +341,13 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> FloatTensor<Self> {
         let (batch, _, classes) =
             crate::validate::linear_shapes("head_logits", &x.shape, &weight.shape, &bias.shape);
         let client = x.client.clone();
         let h = one(register::<B>(
-            Stage::Logits(precision),
+            Stage::Logits(options),
             vec![x, weight, bias],
             &[Shape::new([batch, classes])],
         ));
@@ -300,7 +415,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> HeadForward<Self> {
         let (batch, _, classes) =
             crate::validate::linear_shapes("head_forward", &x.shape, &weight.shape, &bias.shape);
@@ -311,7 +426,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         ];
         let client = x.client.clone();
         let [loss, z, dh]: [_; 3] = register::<B>(
-            Stage::Forward(precision),
+            Stage::Forward(options),
             vec![x, weight, bias, labels],
             &shapes,
         )
@@ -328,7 +443,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
         wanted: HeadWanted,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> HeadGradients<Self> {
         let [batch, inputs] = dims2("head_backward", "X [B, I]", &x);
         let [classes, _] = dims2("head_backward", "W [C, I]", &weight);
@@ -338,7 +453,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             Vec::new()
         } else {
             register::<B>(
-                Stage::Backward(wanted, precision),
+                Stage::Backward(wanted, options),
                 vec![x, weight, z, dh, grad_loss],
                 &shapes,
             )

@@ -8,7 +8,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use crate::backend::{FusedHeadBackend, HeadPrecision};
+use crate::backend::{FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision};
 
 /// Absolute part of the gate.
 pub const ABS_TOL: f64 = 2e-5;
@@ -270,7 +270,33 @@ pub fn run_stages<B: FusedHeadBackend>(
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
 ) -> StageOutputs {
-    stages::<B>("run_stages", x, weight, bias, labels, grad_loss, None)
+    stages::<B>("run_stages", x, weight, bias, labels, grad_loss, None, true)
+}
+
+/// [`run_stages`] (exact), [`run_stages_tf32`] (TF32) or their identity-activation versions,
+/// as `options` say. With [`HeadActivation::Identity`], H is Z and stage 3 is `dZ = dH g`
+/// (stock ops); every other stage is the same.
+pub fn run_stages_with<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+    grad_loss: f64,
+    options: impl Into<HeadOptions>,
+) -> StageOutputs {
+    let options = options.into();
+    let tf32 = (options.precision == HeadPrecision::Tf32).then_some(round_tf32 as fn(f64) -> f64);
+    let relu = options.activation == HeadActivation::Relu;
+    stages::<B>(
+        "run_stages_with",
+        x,
+        weight,
+        bias,
+        labels,
+        grad_loss,
+        tf32,
+        relu,
+    )
 }
 
 /// [`run_stages`] with TF32's rounding emulated: each operand of the three products (X and W in
@@ -294,6 +320,7 @@ pub fn run_stages_tf32<B: FusedHeadBackend>(
         labels,
         grad_loss,
         Some(round_tf32),
+        true,
     )
 }
 
@@ -308,7 +335,16 @@ pub fn run_stages_tf32_truncated<B: FusedHeadBackend>(
     grad_loss: f64,
 ) -> StageOutputs {
     let op = "run_stages_tf32_truncated";
-    stages::<B>(op, x, weight, bias, labels, grad_loss, Some(truncate_tf32))
+    stages::<B>(
+        op,
+        x,
+        weight,
+        bias,
+        labels,
+        grad_loss,
+        Some(truncate_tf32),
+        true,
+    )
 }
 
 /// `v` as f32 with its 13 low mantissa bits cleared (TF32 toward zero); NaN and the
@@ -321,8 +357,10 @@ pub fn truncate_tf32(v: f64) -> f64 {
     f32::from_bits(f.to_bits() & !0x1fff) as f64
 }
 
-/// The stages of [`run_stages`] (checked as `op`); with `tf32`, each operand of the three products rounded with
-/// [`round_tf32`] first (see [`run_stages_tf32`]).
+/// The stages of [`run_stages`] (checked as `op`); with `tf32`, each operand of the three
+/// products rounded by that rule first (see [`run_stages_tf32`]); without `relu`, the identity
+/// activation (H = Z, `dZ = dH g`).
+#[allow(clippy::too_many_arguments)]
 fn stages<B: FusedHeadBackend>(
     op: &str,
     x: Tensor<B, 2>,
@@ -331,6 +369,7 @@ fn stages<B: FusedHeadBackend>(
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
     tf32: Option<fn(f64) -> f64>,
+    relu: bool,
 ) -> StageOutputs {
     crate::validate::head_tensors(op, &x, &weight, &bias, Some(&labels));
     let g = upstream_gradient(grad_loss, &x);
@@ -342,9 +381,15 @@ fn stages<B: FusedHeadBackend>(
     let weight = round(weight).into_primitive().tensor(); // [C, I]
     let (z, h) =
         B::head_linear_relu_forward(x.clone(), weight.clone(), bias.into_primitive().tensor());
+    let h = if relu { h } else { z.clone() };
     let (loss_rows, dh) = B::head_softmax_cross_entropy(h.clone(), labels.into_primitive());
     let loss = B::head_mean_loss(loss_rows.clone());
-    let dz = B::head_relu_backward(z.clone(), dh.clone(), g.into_primitive().tensor());
+    let g = g.into_primitive().tensor();
+    let dz = if relu {
+        B::head_relu_backward(z.clone(), dh.clone(), g)
+    } else {
+        crate::backend::scaled::<B>(dh.clone(), g)
+    };
     // dZ as the operand of dW and dX (db sums it unrounded, as the kernels do).
     let dz_operand = round(Tensor::from_primitive(TensorPrimitive::Float(dz.clone())))
         .into_primitive()
@@ -438,15 +483,17 @@ impl FastOutputs {
 }
 
 /// Runs the fast path on `B` (`head_forward`, then `head_backward` with every gradient wanted)
-/// with upstream gradient `grad_loss` in `precision`, and reads every output back as f64.
+/// with upstream gradient `grad_loss` and `options` (a [`HeadPrecision`], a
+/// [`HeadActivation`] or both), and reads every output back as f64.
 pub fn run_fast_path<B: FusedHeadBackend>(
     x: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
-    precision: HeadPrecision,
+    options: impl Into<HeadOptions>,
 ) -> FastOutputs {
+    let options = options.into();
     crate::validate::head_tensors("run_fast_path", &x, &weight, &bias, Some(&labels));
     let g = upstream_gradient(grad_loss, &x);
     let x = x.into_primitive().tensor(); // [B, I]
@@ -456,7 +503,7 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         weight.clone(),
         bias.into_primitive().tensor(),
         labels.into_primitive(),
-        precision,
+        options,
     );
     let grads = B::head_backward(
         x,
@@ -465,7 +512,7 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         fwd.dh.clone(),
         g.into_primitive().tensor(),
         crate::backend::HeadWanted::ALL,
-        precision,
+        options,
     );
     let wanted = |t: Option<burn::tensor::ops::FloatTensor<B>>| read::<B>(t.expect("wanted"));
     FastOutputs {

@@ -18,6 +18,10 @@
 //! - [`linear_relu_cross_entropy`]: the op as a function on tensors;
 //!   [`linear_relu_cross_entropy_with`] takes a [`HeadPrecision`] (exact f32 by default, or
 //!   TF32 tensor cores for the large-C products where the device has them).
+//! - [`HeadActivation`]: ReLU (the default) or the identity, which makes the op `Linear` +
+//!   `CrossEntropyLoss`; [`HeadOptions`] holds it with the precision.
+//! - [`linear_relu_cross_entropy_and_predictions`]: the loss and each row's predicted class in
+//!   one call (for metrics), with no second product.
 //! - [`FusedHead`] / [`FusedHeadConfig`]: the op as a [`Module`](burn::module::Module) with
 //!   `weight` `[C, I]` and `bias` `[C]` parameters.
 //! - [`FusedHeadBackend`]: the backend extension trait. Every stage has a default body built from
@@ -57,10 +61,12 @@ mod validate;
 pub mod vulkan;
 
 pub use backend::{
-    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
+    FusedHeadBackend, HeadActivation, HeadForward, HeadGradients, HeadLimits, HeadOptions,
+    HeadPrecision, HeadWanted,
 };
 pub use module::{FusedHead, FusedHeadConfig};
 pub use ops::{
-    LabelError, linear_relu_cross_entropy, linear_relu_cross_entropy_with, linear_relu_logits,
-    linear_relu_logits_with, validate_labels,
+    LabelError, linear_relu_cross_entropy, linear_relu_cross_entropy_and_predictions,
+    linear_relu_cross_entropy_and_predictions_with, linear_relu_cross_entropy_with,
+    linear_relu_logits, linear_relu_logits_with, validate_labels,
 };

@@ -5,8 +5,11 @@ use burn::module::{Initializer, Module, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
-use crate::backend::{FusedHeadBackend, HeadPrecision};
-use crate::ops::{linear_relu_cross_entropy_with, linear_relu_logits_with};
+use crate::backend::{FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision};
+use crate::ops::{
+    linear_relu_cross_entropy_and_predictions_with, linear_relu_cross_entropy_with,
+    linear_relu_logits_with,
+};
 
 /// Configuration of a [`FusedHead`].
 #[derive(Config, Debug)]
@@ -31,6 +34,10 @@ pub struct FusedHeadConfig {
     /// How the large-C products are computed; see [`HeadPrecision`]. Default: exact f32.
     #[config(default = "HeadPrecision::Exact")]
     pub precision: HeadPrecision,
+    /// The activation on the logits; see [`HeadActivation`]. Default: ReLU (the seed's model).
+    /// `HeadActivation::Identity` makes the head `Linear` + `CrossEntropyLoss`.
+    #[config(default = "HeadActivation::Relu")]
+    pub activation: HeadActivation,
 }
 
 impl FusedHeadConfig {
@@ -45,6 +52,7 @@ impl FusedHeadConfig {
                 .bias_initializer
                 .init_with([self.classes], fans.0, fans.1, device),
             precision: self.precision,
+            activation: self.activation,
         }
     }
 }
@@ -63,6 +71,9 @@ pub struct FusedHead<B: Backend> {
     /// How the large-C products are computed (from the config; not part of the record).
     #[module(skip)]
     pub precision: HeadPrecision,
+    /// The activation on the logits (from the config; not part of the record).
+    #[module(skip)]
+    pub activation: HeadActivation,
 }
 
 impl<B: FusedHeadBackend> FusedHead<B> {
@@ -79,7 +90,24 @@ impl<B: FusedHeadBackend> FusedHead<B> {
             self.weight.val(),
             self.bias.val(),
             labels,
-            self.precision,
+            self.options(),
+        )
+    }
+
+    /// The loss, as [`forward`](Self::forward), and the predicted class of each row (the
+    /// argmax over C of H, in the labels' shape), in one call: what a metric needs, without a
+    /// second pass. See [`crate::linear_relu_cross_entropy_and_predictions`].
+    pub fn forward_with_predictions<const D: usize, const DL: usize>(
+        &self,
+        x: Tensor<B, D>,
+        labels: Tensor<B, DL, Int>,
+    ) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
+        linear_relu_cross_entropy_and_predictions_with(
+            x,
+            self.weight.val(),
+            self.bias.val(),
+            labels,
+            self.options(),
         )
     }
 
@@ -87,6 +115,13 @@ impl<B: FusedHeadBackend> FusedHead<B> {
     /// `[d0, .., dk, I]`), with the head's precision; its argmax over the last dim is the
     /// prediction. See [`crate::linear_relu_logits_with`].
     pub fn logits<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        linear_relu_logits_with(x, self.weight.val(), self.bias.val(), self.precision)
+        linear_relu_logits_with(x, self.weight.val(), self.bias.val(), self.options())
+    }
+
+    /// The head's [`HeadOptions`]: its precision and activation.
+    pub fn options(&self) -> HeadOptions {
+        HeadOptions::new()
+            .with_precision(self.precision)
+            .with_activation(self.activation)
     }
 }

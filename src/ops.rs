@@ -2,10 +2,14 @@
 
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 
-use crate::backend::{FusedHeadBackend, HeadPrecision};
+use crate::backend::{FusedHeadBackend, HeadOptions};
 use crate::validate;
 
 /// `mean_r cross_entropy(softmax(ReLU(X W^T + b))[r], labels[r])`, shape `[1]`.
+///
+/// [`linear_relu_cross_entropy_with`] takes [`HeadOptions`]: the precision of the large-C
+/// products, and the activation ([`HeadActivation::Identity`](crate::HeadActivation) for
+/// cross-entropy on `X W^T + b` itself, as `Linear` + `CrossEntropyLoss`).
 ///
 /// - `x`: X `[B, I]`; `weight`: W stored `[C, I]`; `bias`: b `[C]`; `labels`: `[B]`, integers in `[0, C)`.
 /// - Any leading dims, as `Linear` takes them: X `[d0, .., dk, I]` with labels `[d0, .., dk]`
@@ -28,19 +32,24 @@ pub fn linear_relu_cross_entropy<B: FusedHeadBackend, const D: usize, const DL: 
     bias: Tensor<B, 1>,
     labels: Tensor<B, DL, Int>,
 ) -> Tensor<B, 1> {
-    linear_relu_cross_entropy_with(x, weight, bias, labels, HeadPrecision::Exact)
+    linear_relu_cross_entropy_with(x, weight, bias, labels, HeadOptions::new())
 }
 
-/// [`linear_relu_cross_entropy`] with a choice of [`HeadPrecision`] for the large-C products:
-/// `HeadPrecision::Tf32` allows TF32 tensor cores where the device has them
-/// ([`FusedHeadBackend::head_tf32_available`]), forward and backward; elsewhere it runs exact.
+/// [`linear_relu_cross_entropy`] with [`HeadOptions`] (or a bare
+/// [`HeadPrecision`](crate::HeadPrecision) or [`HeadActivation`](crate::HeadActivation)):
+/// - precision: `HeadPrecision::Tf32` allows TF32 tensor cores for the large-C products where
+///   the device has them ([`FusedHeadBackend::head_tf32_available`]), forward and backward;
+///   elsewhere it runs exact;
+/// - activation: `HeadActivation::Relu` (the default) or `HeadActivation::Identity`, which
+///   computes `mean_r cross_entropy(softmax(X W^T + b)[r], labels[r])`.
+///
 /// Same checks, panics and edge cases as [`linear_relu_cross_entropy`].
 pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend, const D: usize, const DL: usize>(
     x: Tensor<B, D>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
     labels: Tensor<B, DL, Int>,
-    precision: HeadPrecision,
+    options: impl Into<HeadOptions>,
 ) -> Tensor<B, 1> {
     let op = "linear_relu_cross_entropy";
     let labels = rows_of_labels(op, &x, labels); // [B]
@@ -57,13 +66,67 @@ pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend, const D: usize, const
         weight.into_primitive().tensor(),
         bias.into_primitive().tensor(),
         labels.into_primitive(),
-        precision,
+        options.into(),
     );
     Tensor::from_primitive(TensorPrimitive::Float(loss))
 }
 
-/// The head's output `H = ReLU(X W^T + b)`, `[B, C]`, in exact f32 (for prediction: the argmax
-/// of H is the predicted class). Checks and panics as [`linear_relu_cross_entropy`].
+/// [`linear_relu_cross_entropy`] and the predicted class of each row, in one call (for metrics:
+/// accuracy without a second pass over X). Returns the loss `[1]`, tracked on an
+/// [`Autodiff`](burn::backend::Autodiff) backend exactly as the op's, and the predictions in
+/// the labels' shape and int dtype: the argmax over C of `H` (the first class of the row's
+/// largest value; a row with a NaN gets an unspecified class, its loss is NaN). At C > 32 on
+/// the CubeCL backends they come from the streamed path's row kernel, with no `[B, C]` tensor;
+/// elsewhere from the forward's Z. Checks, panics and edge cases as
+/// [`linear_relu_cross_entropy`].
+pub fn linear_relu_cross_entropy_and_predictions<
+    B: FusedHeadBackend,
+    const D: usize,
+    const DL: usize,
+>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, DL, Int>,
+) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
+    linear_relu_cross_entropy_and_predictions_with(x, weight, bias, labels, HeadOptions::new())
+}
+
+/// [`linear_relu_cross_entropy_and_predictions`] with [`HeadOptions`], as in
+/// [`linear_relu_cross_entropy_with`].
+pub fn linear_relu_cross_entropy_and_predictions_with<
+    B: FusedHeadBackend,
+    const D: usize,
+    const DL: usize,
+>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, DL, Int>,
+    options: impl Into<HeadOptions>,
+) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
+    let op = "linear_relu_cross_entropy_and_predictions";
+    let label_dims = labels.dims();
+    let labels = rows_of_labels(op, &x, labels); // [B]
+    let x = rows_of(op, x); // [B, I]
+    validate::head_tensors(op, &x, &weight, &bias, Some(&labels));
+    let (loss, predictions) = B::linear_relu_cross_entropy_and_predictions(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        bias.into_primitive().tensor(),
+        labels.into_primitive(),
+        options.into(),
+    );
+    let predictions = Tensor::<B, 1, Int>::from_primitive(predictions); // [B]
+    (
+        Tensor::from_primitive(TensorPrimitive::Float(loss)),
+        predictions.reshape(label_dims),
+    )
+}
+
+/// The head's output `H = ReLU(X W^T + b)`, `[B, C]` (X's leading dims, then C), in exact f32
+/// (for prediction: the argmax of H is the predicted class). Checks and panics as
+/// [`linear_relu_cross_entropy`].
 ///
 /// On an inner backend (no autodiff) this runs the op's kernels (C <= 32: one pass over X with
 /// the small-C forward's layout; C > 32: the tiled forward product); on an `Autodiff` backend
@@ -73,17 +136,18 @@ pub fn linear_relu_logits<B: FusedHeadBackend, const D: usize>(
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
 ) -> Tensor<B, D> {
-    linear_relu_logits_with(x, weight, bias, HeadPrecision::Exact)
+    linear_relu_logits_with(x, weight, bias, HeadOptions::new())
 }
 
-/// [`linear_relu_logits`] with a choice of [`HeadPrecision`]: `HeadPrecision::Tf32` allows TF32
-/// tensor cores for the product where the device has them and C > 32, as in
-/// [`linear_relu_cross_entropy_with`]; elsewhere (and on an `Autodiff` backend) it runs exact.
+/// [`linear_relu_logits`] with [`HeadOptions`], as in [`linear_relu_cross_entropy_with`]:
+/// `HeadPrecision::Tf32` allows TF32 tensor cores for the product where the device has them
+/// and C > 32 (elsewhere, and on an `Autodiff` backend, it runs exact);
+/// `HeadActivation::Identity` returns `X W^T + b` itself.
 pub fn linear_relu_logits_with<B: FusedHeadBackend, const D: usize>(
     x: Tensor<B, D>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
-    precision: HeadPrecision,
+    options: impl Into<HeadOptions>,
 ) -> Tensor<B, D> {
     let op = "linear_relu_logits";
     let mut out_dims = x.dims();
@@ -94,7 +158,7 @@ pub fn linear_relu_logits_with<B: FusedHeadBackend, const D: usize>(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
         bias.into_primitive().tensor(),
-        precision,
+        options.into(),
     );
     let h = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(h)); // [B, C]
     if D == 2 {

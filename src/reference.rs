@@ -19,6 +19,21 @@ pub fn stock_head_loss<B: Backend>(
         .forward(h, labels) // [1]
 }
 
+/// Burn's stock `Linear` + `CrossEntropyLoss`, from stock ops only: the cross-entropy of the
+/// logits `X W^T + b` themselves (the reference of [`HeadActivation::Identity`](crate::HeadActivation)).
+/// Shapes as [`stock_head_loss`].
+pub fn stock_linear_loss<B: Backend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let logits = x.matmul(weight.transpose()) + bias.unsqueeze_dim(0); // [B, C]
+    CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, labels) // [1]
+}
+
 /// Inputs of one pass as host data: f32-representable values, so that an f32 backend and the
 /// f64 reference see exactly the same numbers.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,9 @@ use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
 use burn_fused_head::reference::{HeadData, seeded_uniform};
-use burn_fused_head::{FusedHead, FusedHeadBackend, FusedHeadConfig, HeadPrecision};
+use burn_fused_head::{
+    FusedHead, FusedHeadBackend, FusedHeadConfig, HeadActivation, HeadPrecision,
+};
 
 #[derive(Module, Debug)]
 struct Mlp<B: Backend> {
@@ -34,6 +36,7 @@ impl<B: FusedHeadBackend> Mlp<B> {
                 weight: param(3, [4, 16], 0.25),
                 bias: vector(4, 4, 0.25),
                 precision: HeadPrecision::Exact,
+                activation: HeadActivation::Relu,
             },
         }
     }

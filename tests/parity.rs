@@ -18,8 +18,10 @@ use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_fused_head::gates::{GATE_NAMES, gate, run_fast_path, run_stages, run_stages_tf32};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
 use burn_fused_head::{
-    FusedHeadBackend, HeadPrecision, HeadWanted, linear_relu_cross_entropy,
-    linear_relu_cross_entropy_with, linear_relu_logits, linear_relu_logits_with,
+    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, HeadWanted,
+    linear_relu_cross_entropy, linear_relu_cross_entropy_and_predictions,
+    linear_relu_cross_entropy_and_predictions_with, linear_relu_cross_entropy_with,
+    linear_relu_logits, linear_relu_logits_with,
 };
 use common::*;
 

@@ -19,7 +19,11 @@ use burn::tensor::{DType, Tensor};
 use burn_fused_head::gates::{gate, run_stages, values};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
 use burn_fused_head::testing::with_chunk_elements;
-use burn_fused_head::{FusedHeadBackend, HeadPrecision, HeadWanted, linear_relu_cross_entropy};
+use burn_fused_head::{
+    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, HeadWanted,
+    linear_relu_cross_entropy, linear_relu_cross_entropy_and_predictions_with,
+    linear_relu_cross_entropy_with,
+};
 use common::*;
 
 /// Held by every test of this binary while it runs the op (the chunk override is global).
@@ -62,9 +66,10 @@ fn streamed<B: FusedHeadBackend>(
     device: &B::Device,
     data: &HeadData,
     wanted: HeadWanted,
-    precision: HeadPrecision,
+    options: impl Into<HeadOptions>,
     elements: usize,
 ) -> Streamed {
+    let options = options.into();
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
     chunked(elements, || {
         let (loss, grads) = B::head_loss_and_gradients(
@@ -73,7 +78,7 @@ fn streamed<B: FusedHeadBackend>(
             b.into_primitive().tensor(),
             labels.into_primitive(),
             wanted,
-            precision,
+            options,
         );
         let read2 = |t| {
             values(Tensor::<B, 2>::from_primitive(

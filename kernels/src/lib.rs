@@ -1,5 +1,8 @@
-//! CubeCL kernels of `burn-fused-head`: a classifier head `Z = X W^T + b`, `H = ReLU(Z)`,
+//! CubeCL kernels of `burn-fused-head`: a classifier head `Z = X W^T + b`, `H = act(Z)`,
 //! `loss = mean_rows(cross_entropy(softmax(H), labels))`, forward and backward.
+//!
+//! `act` is ReLU or the identity: each fast-path kernel takes a `#[comptime] relu` flag (see
+//! [`activation`]); the reference stages are ReLU.
 //!
 //! Letters, as everywhere in the project: B (batch), I (inputs), C (classes).
 //! X is [B, I], W is stored [C, I], b is [C], Z and H are [B, C], labels are [B].
@@ -12,7 +15,7 @@
 //! - [`large_classes`]: the fast path for C > 32 (compute-bound: tiled products, exact f32 or
 //!   TF32 tensor cores, and the per-row softmax cross-entropy).
 //! - [`reductions`]: fixed-order sums (trees, partial sums, the batch mean, column sums).
-//! - [`softmax_ce`] and [`relu`]: the row algebra and the activation, written once and called
+//! - [`softmax_ce`] and [`activation`]: the row algebra and the activation, written once and called
 //!   by every kernel above.
 //!
 //! Every kernel assumes contiguous row-major tensors; the host code in `burn-fused-head` makes
@@ -23,9 +26,9 @@
 //!
 //! This crate holds `#[cube]` code only; launch geometry lives beside the backend impl.
 
+pub mod activation;
 pub mod large_classes;
 pub mod reductions;
 pub mod reference;
-pub mod relu;
 pub mod small_classes;
 pub mod softmax_ce;

@@ -6,8 +6,8 @@
 //! order between the two is kept from the host: [`super::streamed`] waits for CubeCL's queue
 //! before a batch of products and for this stream after it (two host waits per chunk of rows).
 //!
-//! Determinism: one algorithm per problem (cuBLASLt's first heuristic answer for the shape,
-//! kept for the process), one stream and one workspace per device; cuBLASLt's algorithms
+//! Determinism: one algorithm per problem (cuBLASLt's first heuristic answer for the shape and
+//! the operands' alignments, kept for the process), one stream and one workspace per device; cuBLASLt's algorithms
 //! reduce split K through the workspace or in place in a fixed order, never with atomics
 //! unless asked for. So the same inputs give the same bits, call after call.
 
@@ -142,7 +142,19 @@ pub(super) struct Engine {
     stream: Arc<CudaStream>,
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
-    algorithms: HashMap<Gemm, sys::cublasLtMatmulAlgo_t>,
+    /// Keyed by the product and the alignments of A, B and D (see [`Alignments`]).
+    algorithms: HashMap<(Gemm, Alignments), sys::cublasLtMatmulAlgo_t>,
+}
+
+/// The alignments in bytes (powers of two, at most 256) of a product's A, B and D pointers.
+/// An algorithm is chosen for them: the heuristic is told (`MIN_ALIGNMENT_*` preferences), since
+/// by default it assumes 256-byte aligned pointers and may answer with an algorithm that reads
+/// vectors a less aligned chunk offset would break.
+type Alignments = [u32; 3];
+
+/// The largest power of two, up to 256, that divides `ptr`.
+fn alignment(ptr: u64) -> u32 {
+    1 << ptr.trailing_zeros().min(8)
 }
 
 // SAFETY: the handle is used under the engine's mutex only (cuBLASLt handles may move between
@@ -198,12 +210,13 @@ impl Engine {
             .bind_to_thread()
             .expect("bind the CUDA context");
         let problem = Problem::new(&gemm).unwrap_or_else(|e| fail(&gemm, e));
-        let algorithm = match self.algorithms.get(&gemm) {
+        let aligned = [alignment(a), alignment(b), alignment(d)];
+        let algorithm = match self.algorithms.get(&(gemm, aligned)) {
             Some(algorithm) => *algorithm,
             None => {
-                let algorithm =
-                    unsafe { problem.algorithm(self.handle) }.unwrap_or_else(|e| fail(&gemm, e));
-                self.algorithms.insert(gemm, algorithm);
+                let algorithm = unsafe { problem.algorithm(self.handle, aligned) }
+                    .unwrap_or_else(|e| fail(&gemm, e));
+                self.algorithms.insert((gemm, aligned), algorithm);
                 algorithm
             }
         };
@@ -301,24 +314,42 @@ impl Problem {
         Ok(problem)
     }
 
-    /// cuBLASLt's first heuristic answer for the problem with [`WORKSPACE_BYTES`] of workspace.
+    /// cuBLASLt's first heuristic answer for the problem with [`WORKSPACE_BYTES`] of workspace
+    /// and pointers of these alignments (A, B, and D, which is also C).
     ///
     /// # Safety
     /// `handle` is a live cuBLASLt handle.
     unsafe fn algorithm(
         &self,
         handle: sys::cublasLtHandle_t,
+        [a, b, d]: Alignments,
     ) -> Result<sys::cublasLtMatmulAlgo_t, lt::CublasError> {
+        use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
         let preference = lt::create_matmul_pref()?;
         let bytes = WORKSPACE_BYTES;
+        let set_u32 = |attribute, value: u32| {
+            // SAFETY: the preference is live; the alignment attributes take a uint32_t.
+            unsafe {
+                lt::set_matmul_pref_attribute(
+                    preference,
+                    attribute,
+                    &value as *const u32 as *const c_void,
+                    size_of::<u32>(),
+                )
+            }
+        };
         // SAFETY: the preference, layouts and descriptor are live until the end of the block.
         let result = unsafe {
             lt::set_matmul_pref_attribute(
                 preference,
-                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                 &bytes as *const usize as *const c_void,
                 size_of::<usize>(),
             )
+            .and_then(|()| set_u32(Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a))
+            .and_then(|()| set_u32(Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b))
+            .and_then(|()| set_u32(Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d))
+            .and_then(|()| set_u32(Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d))
             .and_then(|()| {
                 lt::get_matmul_algo_heuristic(
                     handle, self.desc, self.a, self.b, self.d, self.d, preference,

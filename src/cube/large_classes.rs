@@ -44,8 +44,9 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement>(
     bias: CubeTensor<R>,
     labels: CubeTensor<R>,
     tf32: bool,
+    relu: bool,
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
-    let (z, h) = linear_relu::<R, F>(x, weight, bias, tf32); // [B, C] each
+    let (z, h) = linear_activation::<R, F>(x, weight, bias, tf32, relu); // [B, C] each
     let (loss_rows, dh) = softmax_cross_entropy::<R, F>(op, h, labels); // [B], [B, C]
     let batch = loss_rows.shape()[0];
     (mean_of_parts::<R, F>(loss_rows, batch), z, dh)
@@ -59,6 +60,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
     weight: CubeTensor<R>,
     bias: CubeTensor<R>,
     tf32: bool,
+    relu: bool,
 ) -> CubeTensor<R> {
     let (x, weight, bias) = (contiguous(x), contiguous(weight), contiguous(bias));
     if let Some(h) = tf32.then(|| cubek_logits_product(&x, &weight)).flatten() {
@@ -66,27 +68,29 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
             // SAFETY: the kernel guards every access by the product's length; it and b are
             // contiguous.
             unsafe {
-                kernels::forward::bias_relu_in_place::launch_unchecked::<F, R>(
+                kernels::forward::bias_activation_in_place::launch_unchecked::<F, R>(
                     &h.client,
                     count,
                     dim,
                     h.clone().into_tensor_arg(),
                     bias.into_tensor_arg(),
+                    relu,
                 );
             }
         }
         return h;
     }
-    tiled_linear_relu::<R, F>(x, weight, bias, tf32).1
+    tiled_linear_activation::<R, F>(x, weight, bias, tf32, relu).1
 }
 
 /// Stage 1 tiled: `(Z, H)`, `[B, C]` each. With `tf32`, cubek's TF32 product where it takes
 /// the problem, then bias and ReLU (Z in place, H); elsewhere our own kernels.
-fn linear_relu<R: CubeRuntime, F: FloatElement>(
+fn linear_activation<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
     bias: CubeTensor<R>,
     tf32: bool,
+    relu: bool,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let (x, weight, bias) = (contiguous(x), contiguous(weight), contiguous(bias));
     let [batch, classes] = [x.shape()[0], weight.shape()[0]];
@@ -95,19 +99,20 @@ fn linear_relu<R: CubeRuntime, F: FloatElement>(
         if let Some((count, dim)) = elementwise(&z, batch * classes) {
             // SAFETY: the kernel guards every access by Z's length; Z, H, b are contiguous.
             unsafe {
-                kernels::forward::bias_relu::launch_unchecked::<F, R>(
+                kernels::forward::bias_activation::launch_unchecked::<F, R>(
                     &z.client,
                     count,
                     dim,
                     z.clone().into_tensor_arg(),
                     bias.into_tensor_arg(),
                     h.clone().into_tensor_arg(),
+                    relu,
                 );
             }
         }
         return (z, h);
     }
-    tiled_linear_relu::<R, F>(x, weight, bias, tf32)
+    tiled_linear_activation::<R, F>(x, weight, bias, tf32, relu)
 }
 
 /// `P = X W^T` `[B, C]` on cubek's TF32 kernel for contiguous X and W, where it takes them;
@@ -122,11 +127,12 @@ fn cubek_logits_product<R: CubeRuntime>(
 
 /// Stage 1 on our own tiled kernels: `(Z, H)`, `[B, C]` each, for contiguous X, W and b;
 /// exact f32, or on TF32 tensor cores (`cmma`) with `tf32`.
-fn tiled_linear_relu<R: CubeRuntime, F: FloatElement>(
+fn tiled_linear_activation<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
     bias: CubeTensor<R>,
     tf32: bool,
+    relu: bool,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let [batch, inputs] = [x.shape()[0], x.shape()[1]];
     let classes = weight.shape()[0];
@@ -159,6 +165,7 @@ fn tiled_linear_relu<R: CubeRuntime, F: FloatElement>(
                 z_arg,
                 h_arg,
                 4 / vector,
+                relu,
             );
         } else {
             kernels::forward::forward_exact::launch_unchecked::<F, R>(
@@ -170,6 +177,7 @@ fn tiled_linear_relu<R: CubeRuntime, F: FloatElement>(
                 b,
                 z_arg,
                 h_arg,
+                relu,
             );
         }
     }
@@ -222,6 +230,7 @@ fn launch_softmax_cross_entropy<R: CubeRuntime, F: FloatElement, L: IntElement>(
 
 /// The backward: dZ and db, then dW = dZ^T X and dX = dZ W tiled (on TF32 tensor cores with
 /// `tf32`), for the wanted gradients only.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -230,8 +239,9 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
     grad_loss: CubeTensor<R>,
     wanted: HeadWanted,
     tf32: bool,
+    relu: bool,
 ) -> HeadGradients<CubeBackend<R, F, I, BT>> {
-    let dz = masked_gradient::<R, F>(z, dh, grad_loss); // [B, C]
+    let dz = masked_gradient::<R, F>(z, dh, grad_loss, relu); // [B, C]
     let (x, weight) = (contiguous(x), contiguous(weight));
     let [batch, classes] = [dz.shape()[0], dz.shape()[1]];
     let inputs = x.shape()[1];
@@ -267,6 +277,7 @@ fn masked_gradient<R: CubeRuntime, F: FloatElement>(
     z: CubeTensor<R>,
     dh: CubeTensor<R>,
     grad_loss: CubeTensor<R>,
+    relu: bool,
 ) -> CubeTensor<R> {
     let (z, dh, grad_loss) = (contiguous(z), contiguous(dh), contiguous(grad_loss));
     let dz = empty::<R>(&z, z.shape()); // [B, C]
@@ -282,6 +293,7 @@ fn masked_gradient<R: CubeRuntime, F: FloatElement>(
                 dh.into_tensor_arg(),
                 grad_loss.into_tensor_arg(),
                 dz.clone().into_tensor_arg(),
+                relu,
             );
         }
     }

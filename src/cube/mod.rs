@@ -31,8 +31,8 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use crate::backend::{
-    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadPrecision, HeadWanted,
-    forward_then_backward,
+    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadOptions, HeadWanted,
+    forward_backward_predictions, forward_then_backward,
 };
 use crate::validate;
 use launch::{check, start_queued, tf32_available, use_tf32};
@@ -63,21 +63,54 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
         wanted: HeadWanted,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
         let op = "head_loss_and_gradients";
         let (batch, inputs, classes) = check_with_labels::<R, F>(op, &x, &weight, &bias, &labels);
         // An empty batch or I = 0 has no product to stream: the forward and backward kernels
         // handle both (no [B, C] of any size worth saving).
         if classes <= SMALL_CLASSES || batch == 0 || inputs == 0 {
-            return forward_then_backward::<Self>(x, weight, bias, labels, wanted, precision);
+            return forward_then_backward::<Self>(x, weight, bias, labels, wanted, options);
         }
-        let tf32 = use_tf32(precision, &x);
+        let tf32 = use_tf32(options.precision, &x);
         let device = x.device.clone();
-        let out =
-            streamed::loss_and_gradients::<R, F, I, BT>(op, x, weight, bias, labels, wanted, tf32);
+        let (loss, grads, _) = streamed::loss_and_gradients::<R, F, I, BT>(
+            op,
+            [x, weight, bias, labels],
+            wanted,
+            tf32,
+            options.relu(),
+            false,
+        );
         start_queued::<R>(&device);
-        out
+        (loss, grads)
+    }
+
+    fn head_loss_gradients_and_predictions(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        wanted: HeadWanted,
+        options: HeadOptions,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
+        let op = "head_loss_gradients_and_predictions";
+        let (batch, inputs, classes) = check_with_labels::<R, F>(op, &x, &weight, &bias, &labels);
+        if classes <= SMALL_CLASSES || batch == 0 || inputs == 0 {
+            return forward_backward_predictions::<Self>(x, weight, bias, labels, wanted, options);
+        }
+        let tf32 = use_tf32(options.precision, &x);
+        let device = x.device.clone();
+        let (loss, grads, predictions) = streamed::loss_and_gradients::<R, F, I, BT>(
+            op,
+            [x, weight, bias, labels],
+            wanted,
+            tf32,
+            options.relu(),
+            true,
+        );
+        start_queued::<R>(&device);
+        (loss, grads, predictions.expect("predictions asked for"))
     }
 
     fn head_linear_relu_forward(
@@ -123,17 +156,17 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> FloatTensor<Self> {
         let op = "head_logits";
         check::<R, F>(op, &[&x, &weight, &bias]);
         let (_batch, _inputs, classes) =
             validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
         let h = if classes > SMALL_CLASSES {
-            let tf32 = use_tf32(precision, &x);
-            large_classes::logits::<R, F>(x, weight, bias, tf32)
+            let tf32 = use_tf32(options.precision, &x);
+            large_classes::logits::<R, F>(x, weight, bias, tf32, options.relu())
         } else {
-            small_classes::logits::<R, F>(x, weight, bias)
+            small_classes::logits::<R, F>(x, weight, bias, options.relu())
         };
         start_queued::<R>(&h.device);
         h
@@ -144,15 +177,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> HeadForward<Self> {
         let op = "head_forward";
         let (_batch, _inputs, classes) = check_with_labels::<R, F>(op, &x, &weight, &bias, &labels);
         let (loss, z, dh) = if classes > SMALL_CLASSES {
-            let tf32 = use_tf32(precision, &x);
-            large_classes::forward::<R, F>(op, x, weight, bias, labels, tf32)
+            let tf32 = use_tf32(options.precision, &x);
+            large_classes::forward::<R, F>(op, x, weight, bias, labels, tf32, options.relu())
         } else {
-            small_classes::forward::<R, F>(op, x, weight, bias, labels)
+            small_classes::forward::<R, F>(op, x, weight, bias, labels, options.relu())
         };
         start_queued::<R>(&loss.device);
         HeadForward { loss, z, dh }
@@ -165,7 +198,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
         wanted: HeadWanted,
-        precision: HeadPrecision,
+        options: HeadOptions,
     ) -> HeadGradients<Self> {
         let op = "head_backward";
         check::<R, F>(op, &[&x, &weight, &z, &dh, &grad_loss]);
@@ -189,10 +222,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         );
         let device = x.device.clone();
         let grads = if classes > SMALL_CLASSES {
-            let tf32 = use_tf32(precision, &x);
-            large_classes::backward(x, weight, z, dh, grad_loss, wanted, tf32)
+            let tf32 = use_tf32(options.precision, &x);
+            large_classes::backward(x, weight, z, dh, grad_loss, wanted, tf32, options.relu())
         } else {
-            small_classes::backward(x, weight, z, dh, grad_loss, wanted)
+            small_classes::backward(x, weight, z, dh, grad_loss, wanted, options.relu())
         };
         start_queued::<R>(&device);
         grads

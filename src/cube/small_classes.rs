@@ -133,6 +133,7 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement>(
     weight: CubeTensor<R>,
     bias: CubeTensor<R>,
     labels: CubeTensor<R>,
+    relu: bool,
 ) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
     let (batch, inputs, classes) = (x.shape()[0], x.shape()[1], weight.shape()[0]);
     let (x, weight, bias, labels) = (
@@ -152,14 +153,14 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement>(
     if let Some(rows) = RowForward::new(batch, inputs, classes) {
         let loss = empty::<R>(&x, [rows.cubes]); // the loss sums per cube
         let launch = by_label_type!(op, labels.dtype, launch_forward_rows::<R, F>);
-        launch(inputs4, [&z, &dh, &loss], classes, &rows);
+        launch(inputs4, [&z, &dh, &loss], classes, &rows, relu);
         return (mean_of_parts::<R, F>(loss, batch), z, dh);
     }
     let planes = PlaneForward::new(batch, inputs, classes);
     // The loss sums per cube [cubes], or with one cube the mean itself [1].
     let loss = empty::<R>(&x, [planes.cubes]);
     let launch = by_label_type!(op, labels.dtype, launch_forward_planes::<R, F>);
-    launch(inputs4, [&z, &dh, &loss], classes, &planes);
+    launch(inputs4, [&z, &dh, &loss], classes, &planes, relu);
     let loss = if planes.mean {
         loss
     } else {
@@ -174,6 +175,7 @@ fn launch_forward_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
     [z, dh, loss]: [&CubeTensor<R>; 3],
     classes: usize,
     rows: &RowForward,
+    relu: bool,
 ) {
     // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
     // tensors are contiguous with the shapes it reads them by, the vector width divides I, and
@@ -195,6 +197,7 @@ fn launch_forward_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
             classes,
             rows.rows,
             ROW_TILE_DEPTH,
+            relu,
         );
     }
 }
@@ -205,6 +208,7 @@ fn launch_forward_planes<R: CubeRuntime, F: FloatElement, L: IntElement>(
     [z, dh, loss]: [&CubeTensor<R>; 3],
     classes: usize,
     planes: &PlaneForward,
+    relu: bool,
 ) {
     // SAFETY: every access of the kernel is in bounds by construction (see its docs); the
     // tensors are contiguous with the shapes it reads them by, the vector width divides I, and
@@ -227,6 +231,7 @@ fn launch_forward_planes<R: CubeRuntime, F: FloatElement, L: IntElement>(
             planes.rows,
             planes.steps,
             planes.mean,
+            relu,
         );
     }
 }
@@ -238,6 +243,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
     bias: CubeTensor<R>,
+    relu: bool,
 ) -> CubeTensor<R> {
     let (batch, inputs, classes) = (x.shape()[0], x.shape()[1], weight.shape()[0]);
     let (x, weight, bias) = (contiguous(x), contiguous(weight), contiguous(bias));
@@ -268,6 +274,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
                 classes,
                 rows.rows,
                 ROW_TILE_DEPTH,
+                relu,
             );
         } else {
             let planes = PlaneForward::new(batch, inputs, classes);
@@ -284,6 +291,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
                 classes,
                 planes.rows,
                 planes.steps,
+                relu,
             );
         }
     }
@@ -338,6 +346,7 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
     dh: CubeTensor<R>,
     grad_loss: CubeTensor<R>,
     wanted: HeadWanted,
+    relu: bool,
 ) -> HeadGradients<CubeBackend<R, F, I, BT>> {
     let (batch, inputs, classes) = (x.shape()[0], x.shape()[1], weight.shape()[0]);
     let (x, weight, z, dh, grad_loss) = (
@@ -374,6 +383,7 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
                 STAGE_ROWS,
                 geometry.group,
                 wanted.x,
+                relu,
             );
         }
     }

@@ -90,12 +90,16 @@ pub(crate) fn chunk_rows(batch: usize, classes: usize) -> usize {
     rows.min(batch).max(1)
 }
 
-/// The loss `[1]` and the gradients of one call.
-type LossAndGradients<R, F, I, BT> = (CubeTensor<R>, HeadGradients<CubeBackend<R, F, I, BT>>);
+/// The loss `[1]`, the gradients and (where asked for) the predictions `[B]` of one call.
+type LossAndGradients<R, F, I, BT> = (
+    CubeTensor<R>,
+    HeadGradients<CubeBackend<R, F, I, BT>>,
+    Option<CubeTensor<R>>,
+);
 
-/// The loss `[1]` and the wanted gradients for a unit upstream gradient, chunk by chunk. X, W,
-/// b and the labels are checked by the caller; B > 0 and I > 0.
-#[allow(clippy::too_many_arguments)]
+/// The loss `[1]` and the wanted gradients for a unit upstream gradient, chunk by chunk, and
+/// with `predict` the predicted class of each row (`[B]`, the labels' dtype). X, W, b and the
+/// labels are checked by the caller; B > 0 and I > 0.
 pub(super) fn loss_and_gradients<
     R: CubeRuntime,
     F: FloatElement,
@@ -103,12 +107,11 @@ pub(super) fn loss_and_gradients<
     BT: BoolElement,
 >(
     op: &str,
-    x: CubeTensor<R>,
-    weight: CubeTensor<R>,
-    bias: CubeTensor<R>,
-    labels: CubeTensor<R>,
+    [x, weight, bias, labels]: [CubeTensor<R>; 4],
     wanted: HeadWanted,
     tf32: bool,
+    relu: bool,
+    predict: bool,
 ) -> LossAndGradients<R, F, I, BT> {
     let (x, weight, bias, labels) = (
         contiguous(x),
@@ -120,6 +123,8 @@ pub(super) fn loss_and_gradients<
     let classes = weight.shape()[0];
     let rows = chunk_rows(batch, classes);
     let loss_rows = empty::<R>(&x, [batch]); // [B]
+    // [B] of the labels' dtype, or one element the row kernel never writes.
+    let predictions = empty::<R>(&labels, [if predict { batch } else { 1 }]);
     let mut grads = Grads {
         x: wanted.x.then(|| empty::<R>(&x, [batch, inputs])), // [B, I]
         weight: wanted.weight.then(|| empty::<R>(&x, [classes, inputs])), // [C, I]
@@ -132,9 +137,12 @@ pub(super) fn loss_and_gradients<
         bias: &bias,
         labels: &labels,
         loss_rows: &loss_rows,
+        predictions: &predictions,
+        predict,
         launch_rows,
         batch,
         tf32,
+        relu,
     };
 
     #[cfg(feature = "cuda")]
@@ -154,6 +162,7 @@ pub(super) fn loss_and_gradients<
             weight: grads.weight,
             bias: grads.bias,
         },
+        predict.then_some(predictions),
     )
 }
 
@@ -172,14 +181,18 @@ struct Chunk<'a, R: CubeRuntime> {
     bias: &'a CubeTensor<R>,
     labels: &'a CubeTensor<R>,
     loss_rows: &'a CubeTensor<R>,
+    /// `[B]` of the labels' dtype where `predict`, else one element never written.
+    predictions: &'a CubeTensor<R>,
+    predict: bool,
     launch_rows: RowsLaunch<R>,
     batch: usize,
     tf32: bool,
+    /// ReLU (true) or the identity on the logits.
+    relu: bool,
 }
 
 /// The row kernel's host launch for one label type.
-type RowsLaunch<R> =
-    fn(&CubeTensor<R>, &CubeTensor<R>, &CubeTensor<R>, &CubeTensor<R>, usize, usize);
+type RowsLaunch<R> = fn(&CubeTensor<R>, &Chunk<'_, R>, usize);
 
 impl<R: CubeRuntime> Chunk<'_, R> {
     /// The row kernel on the chunk's product `p` (rows `first..`), then db's column sums.
@@ -189,7 +202,7 @@ impl<R: CubeRuntime> Chunk<'_, R> {
         first: usize,
         db: Option<&CubeTensor<R>>,
     ) {
-        (self.launch_rows)(p, self.bias, self.labels, self.loss_rows, first, self.batch);
+        (self.launch_rows)(p, self, first);
         if let Some(db) = db {
             column_sums::<R, F>(p, db, first > 0);
         }
@@ -257,11 +270,8 @@ impl<R: CubeRuntime> Chunk<'_, R> {
 /// [`Chunk::rows_and_bias`]'s row kernel for labels of type `L`.
 fn launch_chunk_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
     p: &CubeTensor<R>,
-    bias: &CubeTensor<R>,
-    labels: &CubeTensor<R>,
-    loss_rows: &CubeTensor<R>,
+    chunk: &Chunk<'_, R>,
     first: usize,
-    batch: usize,
 ) {
     let count = cube_count(p, p.shape()[0]);
     // SAFETY: the kernel guards every access by P's shape; P [n, C] (made by this path), b and
@@ -272,13 +282,16 @@ fn launch_chunk_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
             count,
             CubeDim::new_1d(CUBE_UNITS),
             p.clone().into_tensor_arg(),
-            bias.clone().into_tensor_arg(),
-            labels.clone().into_tensor_arg(),
-            loss_rows.clone().into_tensor_arg(),
+            chunk.bias.clone().into_tensor_arg(),
+            chunk.labels.clone().into_tensor_arg(),
+            chunk.loss_rows.clone().into_tensor_arg(),
+            chunk.predictions.clone().into_tensor_arg(),
             first,
-            batch,
+            chunk.batch,
             f32::NAN,
             CUBE_UNITS as usize,
+            chunk.relu,
+            chunk.predict,
         );
     }
 }
@@ -402,7 +415,7 @@ mod cuda {
                 }
                 engine.synchronize();
                 let p = rows_view(&buffer, n);
-                (chunk.launch_rows)(&p, chunk.bias, chunk.labels, chunk.loss_rows, first, batch);
+                (chunk.launch_rows)(&p, chunk, first);
                 super::note_memory(&p);
                 previous = Some((first, n));
                 first += n;

@@ -5,9 +5,12 @@ use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
-use burn_fused_head::gates::{GateReport, StageOutputs, gate, run_stages};
-use burn_fused_head::reference::{HeadData, stock_head_loss};
-use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+use burn_fused_head::gates::{GateReport, StageOutputs, gate, run_stages, run_stages_with};
+use burn_fused_head::reference::{HeadData, stock_head_loss, stock_linear_loss};
+use burn_fused_head::{
+    FusedHeadBackend, HeadActivation, HeadOptions, linear_relu_cross_entropy,
+    linear_relu_cross_entropy_with,
+};
 
 /// The independent reference: stock Burn ops on NdArray in f64.
 pub type Reference = NdArray<f64>;
@@ -25,6 +28,17 @@ pub fn reference_device() -> NdArrayDevice {
 pub fn reference_stages(data: &HeadData, grad: f64) -> StageOutputs {
     let (x, w, b, labels) = data.tensors::<Reference>(&reference_device(), DType::F64);
     run_stages(x, w, b, labels, grad)
+}
+
+/// [`reference_stages`] with `options` (an activation, a precision or both: see
+/// `gates::run_stages_with`).
+pub fn reference_stages_with(
+    data: &HeadData,
+    grad: f64,
+    options: impl Into<HeadOptions>,
+) -> StageOutputs {
+    let (x, w, b, labels) = data.tensors::<Reference>(&reference_device(), DType::F64);
+    run_stages_with(x, w, b, labels, grad, options)
 }
 
 /// Panics naming every failing gate, with its first bad element.
@@ -100,6 +114,28 @@ pub fn stock_grads(data: &HeadData, scale: f64) -> HeadGrads {
     head_grads(x, w, b, labels, scale, stock_head_loss)
 }
 
+/// Burn's stock autodiff of `Linear`'s logits + `CrossEntropyLoss` (no ReLU) on NdArray f64:
+/// the reference of `HeadActivation::Identity`.
+pub fn stock_linear_grads(data: &HeadData, scale: f64) -> HeadGrads {
+    let (x, w, b, labels) = data.tensors::<Autodiff<Reference>>(&reference_device(), DType::F64);
+    head_grads(x, w, b, labels, scale, stock_linear_loss)
+}
+
+/// Our op with `HeadActivation::Identity` through `Autodiff<B>` against
+/// [`stock_linear_grads`].
+pub fn check_identity_autodiff<B: AutodiffBackend + FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    scale: f64,
+    context: &str,
+) {
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let got = head_grads(x, w, b, labels, scale, |x, w, b, l| {
+        linear_relu_cross_entropy_with(x, w, b, l, HeadActivation::Identity)
+    });
+    assert_grads(context, &got, &stock_linear_grads(data, scale));
+}
+
 /// Our op through `Autodiff<B>` against the stock autodiff reference.
 pub fn check_autodiff<B: AutodiffBackend + FusedHeadBackend>(
     device: &B::Device,
@@ -142,4 +178,32 @@ pub fn assert_tf32_grads(context: &str, got: &HeadGrads, data: &HeadData, scale:
             gate_with_slack("db", &got.db, &want.db, &slack.db),
         ],
     );
+}
+
+/// Each row's predicted class must hold the row's largest value of the reference's `h`
+/// (`[B, C]`, f64) within the seed's gate: the argmax, up to the f32 rounding of near ties.
+pub fn assert_predictions(context: &str, got: &[i64], h: &[f64], classes: usize) {
+    assert_eq!(
+        got.len() * classes,
+        h.len(),
+        "{context}: one prediction per row"
+    );
+    for (r, &pick) in got.iter().enumerate() {
+        let row = &h[r * classes..(r + 1) * classes];
+        let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert!(
+            (0..classes as i64).contains(&pick),
+            "{context}: row {r} predicts {pick}, outside [0, {classes})"
+        );
+        assert!(
+            burn_fused_head::gates::within(row[pick as usize], top),
+            "{context}: row {r} predicts {pick} (H = {}), the row's largest H is {top}",
+            row[pick as usize]
+        );
+    }
+}
+
+/// The values of an int tensor as i64.
+pub fn to_i64<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D, Int>) -> Vec<i64> {
+    t.into_data().convert::<i64>().to_vec().expect("i64 values")
 }

@@ -146,7 +146,7 @@ fn logits_match_the_reference_and_the_training_forward() {
             w.into_primitive().tensor(),
             bias.into_primitive().tensor(),
             labels.into_primitive(),
-            HeadPrecision::Tf32,
+            HeadPrecision::Tf32.into(),
         );
         let z = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(fwd.z));
         let relu_z = burn_fused_head::gates::values(burn::tensor::activation::relu(z));
@@ -179,7 +179,7 @@ fn backward_computes_exactly_the_wanted_gradients() {
             w.clone(),
             bias.into_primitive().tensor(),
             labels.into_primitive(),
-            HeadPrecision::Exact,
+            HeadPrecision::Exact.into(),
         );
         let g = Tensor::<B, 1>::from_data([1.0], (device, DType::F32));
         let run = |wanted: HeadWanted| {
@@ -190,7 +190,7 @@ fn backward_computes_exactly_the_wanted_gradients() {
                 fwd.dh.clone(),
                 g.clone().into_primitive().tensor(),
                 wanted,
-                HeadPrecision::Exact,
+                HeadPrecision::Exact.into(),
             );
             let read = |t: Option<_>| {
                 t.map(|t| {
@@ -504,5 +504,175 @@ fn stages_give_the_same_bits_every_call() {
     let first = run();
     for _ in 0..3 {
         assert_eq!(run(), first, "a repeated call gave different bits");
+    }
+}
+
+/// `HeadActivation::Identity` (cross-entropy on `X W^T + b`) on the fast path, over its shapes
+/// on both sides of C = 32: against the f64 reference stages with the identity (H = Z,
+/// `dZ = dH g`), and Z equal, bit for bit, to the ReLU run's Z (the activation only changes
+/// what follows the product).
+#[test]
+fn identity_fast_path_matches_the_reference() {
+    let device = &device();
+    for (k, &(b, i, c)) in FAST_SHAPES.iter().enumerate() {
+        let data = HeadData::random(800 + k as u64, b, i, c);
+        let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
+        let run = |options: HeadOptions| {
+            let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+            run_fast_path(x, w, bias, labels, grad, options)
+        };
+        let identity = run(HeadActivation::Identity.into());
+        let context = format!("identity fast path B={b} I={i} C={c} g={grad}");
+        let want = reference_stages_with(&data, grad, HeadActivation::Identity);
+        assert_gates(&context, &identity.gates(&want));
+        assert_eq!(identity.z, run(HeadOptions::new()).z, "{context}: Z");
+    }
+}
+
+/// `HeadActivation::Identity` with `HeadPrecision::Tf32` on the fast path: where the backend
+/// has TF32 tensor cores, the seed's gates against the TF32 reference with the identity;
+/// elsewhere, the bits of the exact identity run.
+#[test]
+fn identity_tf32_fast_path_matches_the_rounded_reference() {
+    let device = &device();
+    let identity = HeadOptions::new().with_activation(HeadActivation::Identity);
+    for (k, &(b, i, c)) in TF32_SHAPES.iter().enumerate() {
+        let data = HeadData::random(850 + k as u64, b, i, c);
+        let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
+        let run = |precision| {
+            let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+            run_fast_path(x, w, bias, labels, grad, identity.with_precision(precision))
+        };
+        let tf32 = run(HeadPrecision::Tf32);
+        let context = format!("identity TF32 fast path B={b} I={i} C={c} g={grad}");
+        if B::head_tf32_available(device) {
+            let want = reference_stages_with(&data, grad, identity.with_precision(HeadPrecision::Tf32));
+            assert_gates(&context, &tf32.gates(&want));
+        } else {
+            assert_eq!(tf32, run(HeadPrecision::Exact), "{context}: TF32 must run exact");
+        }
+    }
+}
+
+/// `HeadActivation::Identity` through autodiff (C <= 32: forward then backward; above, on the
+/// CubeCL backends, the streamed path) against Burn's stock autodiff of the logits and
+/// `CrossEntropyLoss`, for every shape, and with a scaled loss.
+#[test]
+fn identity_autodiff_matches_stock_linear_cross_entropy() {
+    type B = burn::backend::Autodiff<self::B>;
+    let device = &device();
+    for (k, &(b, i, c)) in SHAPES.iter().enumerate() {
+        let data = HeadData::random(870 + k as u64, b, i, c);
+        let scale = if k % 2 == 0 { 1.0 } else { -0.75 };
+        let context = format!("identity autodiff B={b} I={i} C={c} scale={scale}");
+        check_identity_autodiff::<B>(device, &data, scale, &context);
+    }
+}
+
+/// `linear_relu_logits_with(.., HeadActivation::Identity)` is `X W^T + b`: Z of the reference
+/// under the seed's gate, and the training forward's Z bit for bit, over the fast path's shapes.
+#[test]
+fn identity_logits_are_the_training_forwards_z() {
+    let device = &device();
+    for (k, &(b, i, c)) in FAST_SHAPES.iter().enumerate() {
+        let data = HeadData::random(880 + k as u64, b, i, c);
+        let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+        let got = burn_fused_head::gates::values(linear_relu_logits_with(
+            x.clone(),
+            w.clone(),
+            bias.clone(),
+            HeadActivation::Identity,
+        ));
+        let context = format!("identity logits B={b} I={i} C={c}");
+        let want = reference_stages(&data, 1.0).z;
+        assert_gates(&context, &[burn_fused_head::gates::gate("Z", &got, &want)]);
+        let fast = run_fast_path(x, w, bias, labels, 1.0, HeadActivation::Identity);
+        assert_eq!(got, fast.z, "{context}: against the training forward's Z");
+    }
+}
+
+/// `linear_relu_cross_entropy_and_predictions`, with both activations, on the inner backend and
+/// through autodiff, over shapes on both sides of C = 32: the loss is the op's, bit for bit;
+/// each prediction is the argmax of the f64 reference's H (up to f32 near ties); through
+/// autodiff the gradients are the op's, bit for bit.
+#[test]
+fn predictions_are_the_argmax_of_h_beside_the_same_loss() {
+    type A = burn::backend::Autodiff<B>;
+    let device = &device();
+    let shapes = [(7, 13, 5), (130, 70, 9), (97, 300, 32), (2, 5, 33), (300, 64, 257)];
+    for (k, &(b, i, c)) in shapes.iter().enumerate() {
+        let data = HeadData::random(890 + k as u64, b, i, c);
+        for activation in [HeadActivation::Relu, HeadActivation::Identity] {
+            let context = format!("predictions {activation:?} B={b} I={i} C={c}");
+            let want = reference_stages_with(&data, 1.0, activation).h;
+            let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+            let (loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
+                x.clone(),
+                w.clone(),
+                bias.clone(),
+                labels.clone(),
+                activation,
+            );
+            let plain = linear_relu_cross_entropy_with(x, w, bias, labels.clone(), activation);
+            assert_eq!(to_f64(loss), to_f64(plain), "{context}: loss");
+            assert_eq!(predictions.dtype(), labels.dtype(), "{context}: dtype");
+            assert_predictions(&context, &to_i64(predictions), &want, c);
+
+            let grads = |predict: bool| {
+                let (x, w, bias, labels) = data.tensors::<A>(device, DType::F32);
+                head_grads(x, w, bias, labels.clone(), 1.0, |x, w, b, l| {
+                    if predict {
+                        let (loss, p) =
+                            linear_relu_cross_entropy_and_predictions_with(x, w, b, l, activation);
+                        assert_predictions(&context, &to_i64(p), &want, c);
+                        loss
+                    } else {
+                        linear_relu_cross_entropy_with(x, w, b, l, activation)
+                    }
+                })
+            };
+            let (with, without) = (grads(true), grads(false));
+            assert_eq!(
+                (with.loss, &with.dx, &with.dw, &with.db),
+                (without.loss, &without.dx, &without.dw, &without.db),
+                "{context}: autodiff"
+            );
+        }
+    }
+}
+
+/// Ties go to the first class: rows whose every ReLU logit is 0 (dead) predict class 0, and a
+/// row whose largest logit is held by two identical classes (2 and 5, or 2 and 37) predicts the
+/// first of them; on both sides of C = 32.
+#[test]
+fn predictions_break_ties_toward_the_first_class() {
+    let device = &device();
+    for c in [8, 40] {
+        let mut data = HeadData::random(895, 12, 6, c);
+        let twin = if c > 32 { 37 } else { 5 };
+        let (src, dst) = (2 * data.inputs, twin * data.inputs);
+        let copy: Vec<f32> = data.weight[src..src + data.inputs].to_vec();
+        data.weight[dst..dst + data.inputs].copy_from_slice(&copy);
+        data.bias[2] = 50.0;
+        data.bias[twin] = 50.0;
+        let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+        let (_, predictions) = linear_relu_cross_entropy_and_predictions(x, w, bias, labels);
+        let got = to_i64(predictions);
+        // Every row: the twins hold 50 + the same dot product, the largest logit; the first
+        // of them is class 2.
+        assert!(got.iter().all(|&p| p == 2), "C = {c}: {got:?}");
+
+        // Dead rows: every logit <= 0.
+        let mut dead = data.clone();
+        for v in &mut dead.bias {
+            *v = -1.0 - v.abs();
+        }
+        for r in 0..dead.batch {
+            dead.x[r * dead.inputs..(r + 1) * dead.inputs].fill(0.0);
+        }
+        let (x, w, bias, labels) = dead.tensors::<B>(device, DType::F32);
+        let (_, predictions) = linear_relu_cross_entropy_and_predictions(x, w, bias, labels);
+        let got = to_i64(predictions);
+        assert!(got.iter().all(|&p| p == 0), "C = {c}, dead rows: {got:?}");
     }
 }

@@ -226,3 +226,61 @@ fn the_tf32_gate_fails_gradients_off_by_five_percent() {
         );
     }
 }
+
+/// `HeadActivation::Identity` on the streamed path, over the chunk switches of [`SHAPES`]:
+/// loss, dX, dW and db against the f64 reference with the identity; and through `Autodiff<B>`
+/// in chunks of 5 rows, scaled by -1.5, against stock Burn's autodiff of the logits and
+/// `CrossEntropyLoss`.
+#[test]
+fn identity_streamed_path_matches_the_reference() {
+    let device = &device();
+    for (k, &(b, i, c, elements)) in SHAPES.iter().enumerate() {
+        let data = HeadData::random(950 + k as u64, b, i, c);
+        let identity = HeadActivation::Identity;
+        let got = streamed::<B>(device, &data, HeadWanted::ALL, identity, elements);
+        let want = reference_stages_with(&data, 1.0, identity);
+        assert_gates(
+            &format!("identity streamed B={b} I={i} C={c} chunk elements={elements}"),
+            &[
+                gate("loss", &[got.loss], &[want.loss]),
+                gate("dX", got.dx.as_ref().unwrap(), &want.dx),
+                gate("dW", got.dw.as_ref().unwrap(), &want.dw),
+                gate("db", got.db.as_ref().unwrap(), &want.db),
+            ],
+        );
+    }
+    let data = HeadData::random(960, 37, 29, 70);
+    chunked(70 * 5, || {
+        check_identity_autodiff::<Autodiff<B>>(device, &data, -1.5, "identity streamed autodiff")
+    });
+}
+
+/// The predictions of the streamed path's row kernel over the chunk switches of [`SHAPES`]
+/// (chunks of 1 row, ragged last chunks), both activations: the argmax of the f64 reference's
+/// H (up to f32 near ties), in the labels' dtype, beside the op's loss bit for bit.
+#[test]
+fn streamed_predictions_are_the_argmax_of_h() {
+    let device = &device();
+    for (k, &(b, i, c, elements)) in SHAPES.iter().enumerate() {
+        let data = HeadData::random(970 + k as u64, b, i, c);
+        for activation in [HeadActivation::Relu, HeadActivation::Identity] {
+            let context = format!("streamed predictions {activation:?} B={b} I={i} C={c} chunk elements={elements}");
+            let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+            let (loss, predictions, plain) = chunked(elements, || {
+                let (loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
+                    x.clone(),
+                    w.clone(),
+                    bias.clone(),
+                    labels.clone(),
+                    activation,
+                );
+                let plain = linear_relu_cross_entropy_with(x, w, bias, labels.clone(), activation);
+                (values(loss), predictions, values(plain))
+            });
+            assert_eq!(loss, plain, "{context}: loss");
+            assert_eq!(predictions.dtype(), labels.dtype(), "{context}: dtype");
+            let want = reference_stages_with(&data, 1.0, activation).h;
+            assert_predictions(&context, &to_i64(predictions), &want, c);
+        }
+    }
+}

@@ -1,16 +1,16 @@
 //! The streamed large-C path's kernels: what runs on one chunk of rows between its products,
 //! in place on the chunk's product `P = X[rows] W^T` (no [B, C] tensor exists on this path).
 //!
-//! - [`chunk_rows`]: per row, `Z = P + b`, `H = ReLU(Z)`, the loss (the algebra of
+//! - [`chunk_rows`]: per row, `Z = P + b`, `H = act(Z)`, the loss (the algebra of
 //!   [`crate::softmax_ce`]) and `dZ = [Z > 0] (softmax(H) - onehot) / B` written over P: the
 //!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products.
 //! - [`chunk_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
 
 use cubecl::{cube, prelude::*};
 
+use crate::activation::{activation, activation_grad};
 use crate::reductions::columns::column_total;
-use crate::reductions::tree::{tree_max, tree_sum};
-use crate::relu::{relu, relu_grad};
+use crate::reductions::tree::{tree_argmax, tree_max, tree_sum};
 use crate::softmax_ce::{checked_label, row_grad, row_loss};
 
 /// Row `CUBE_POS` of a chunk `p` [n, C], rows `first..first + n` of a batch of `batch` rows:
@@ -20,16 +20,24 @@ use crate::softmax_ce::{checked_label, row_grad, row_loss};
 ///
 /// In place: the row is read twice (maximum, sum) before any unit writes, and the label's value
 /// is read before the second tree, whose barriers every unit passes before writing.
+///
+/// With `predict`, also `predictions[first + row]` = the row's argmax of H (the first class of
+/// the largest value), found with the maximum: each unit keeps the first class of its largest
+/// value, and the tree keeps the larger value, then the smaller class. Without, `predictions`
+/// is never touched.
 #[cube(launch_unchecked)]
 pub fn chunk_rows<F: Float, L: Int>(
     p: &mut Tensor<F>,
     bias: &Tensor<F>,
     labels: &Tensor<L>,
     loss: &mut Tensor<F>,
+    predictions: &mut Tensor<L>,
     first: usize,
     batch: usize,
     nan: f32,
     #[comptime] cube_units: usize,
+    #[comptime] relu: bool,
+    #[comptime] predict: bool,
 ) {
     let rows = p.shape(0);
     let classes = p.shape(1);
@@ -43,26 +51,42 @@ pub fn chunk_rows<F: Float, L: Int>(
     let stride = CUBE_DIM as usize;
     let mut smem = SharedMemory::<F>::new(cube_units);
 
-    // 1. Row maximum of H = ReLU(P + b).
+    // 1. Row maximum of H = act(P + b) (and with `predict`, the first class that holds it).
     let mut m = F::min_value();
+    let mut at = classes as u32; // none yet
     let mut j = unit;
     while j < classes {
-        m = F::max(m, relu::<F>(p[base + j] + bias[j]));
+        let h = activation::<F>(p[base + j] + bias[j], relu);
+        if predict {
+            let take = h > m || at == classes as u32;
+            m = select(take, h, m);
+            at = select(take, j as u32, at);
+        } else {
+            m = F::max(m, h);
+        }
         j += stride;
     }
     smem[unit] = m;
-    let m = tree_max::<F>(&mut smem);
+    let (m, predicted) = if predict {
+        let mut indices = SharedMemory::<u32>::new(cube_units);
+        indices[unit] = at;
+        let (best, class) = tree_argmax::<F>(&mut smem, &mut indices);
+        // No class at all only where every value was below F's lowest (-inf): class 0.
+        (best, select(class < classes as u32, class, 0u32))
+    } else {
+        (tree_max::<F>(&mut smem), 0u32)
+    };
 
     // 2. The label, checked before it is ever used as an index, and its H, read before any
     //    unit can pass the next tree and overwrite the row.
     let (valid, target) = checked_label::<L>(labels[first + row], L::cast_from(classes));
-    let picked = relu::<F>(p[base + target] + bias[target]);
+    let picked = activation::<F>(p[base + target] + bias[target], relu);
 
     // 3. Denominator d = sum_j exp(H - m), fixed order.
     let mut s = F::new(0.0);
     let mut j = unit;
     while j < classes {
-        s += F::exp(relu::<F>(p[base + j] + bias[j]) - m);
+        s += F::exp(activation::<F>(p[base + j] + bias[j], relu) - m);
         j += stride;
     }
     smem[unit] = s;
@@ -72,6 +96,9 @@ pub fn chunk_rows<F: Float, L: Int>(
     let nan = F::cast_from(nan);
     if unit == 0 {
         loss[first + row] = row_loss::<F>(m, d, picked, valid, nan);
+        if predict {
+            predictions[first + row] = L::cast_from(predicted);
+        }
     }
 
     // 5. dZ from the same m and d, over P.
@@ -80,8 +107,16 @@ pub fn chunk_rows<F: Float, L: Int>(
     let mut j = unit;
     while j < classes {
         let z = p[base + j] + bias[j];
-        let dh = row_grad::<F>(relu::<F>(z), m, inv_d, j == target, valid, inv_batch, nan);
-        p[base + j] = relu_grad::<F>(z, dh);
+        let dh = row_grad::<F>(
+            activation::<F>(z, relu),
+            m,
+            inv_d,
+            j == target,
+            valid,
+            inv_batch,
+            nan,
+        );
+        p[base + j] = activation_grad::<F>(z, dh, relu);
         j += stride;
     }
 }

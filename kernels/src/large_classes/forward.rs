@@ -1,4 +1,4 @@
-//! Stage 1 for the large-C path: `Z = X W^T + b`, `H = ReLU(Z)`, with the bias and ReLU applied
+//! Stage 1 for the large-C path: `Z = X W^T + b`, `H = act(Z)`, with the bias and activation applied
 //! as each output leaves the registers, or after a product computed elsewhere.
 //!
 //! - [`forward_exact`]: the exact f32 tiled product of [`crate::large_classes::matmul`]
@@ -7,20 +7,20 @@
 //! - [`forward_tf32`]: the same on TF32 tensor cores ([`crate::large_classes::tf32_matmul`]);
 //!   X and W read as vectors of N (dividing I), `parts` = 4 / N. The bias is added in f32,
 //!   unrounded.
-//! - [`bias_relu`] and [`bias_relu_in_place`]: bias and ReLU on a product already computed
+//! - [`bias_activation`] and [`bias_activation_in_place`]: bias and activation on a product already computed
 //!   (Burn's cubek TF32 matmul on the host side).
 //!
-//! Same outputs and the same per-element ReLU as stage 1; only the tiling (and so the FMA
-//! contraction) differs. Z (holding the product on entry of `bias_relu`) and H are [B, C]
+//! Same outputs and the same per-element activation as stage 1 (ReLU); only the tiling (and so the FMA
+//! contraction) differs. Z (holding the product on entry of `bias_activation`) and H are [B, C]
 //! contiguous, b is [C].
 
 use cubecl::{cube, prelude::*};
 
+use crate::activation::activation;
 use crate::large_classes::matmul::{TILE, gemm_tile, micro_offset};
 use crate::large_classes::tf32_matmul::{
     fragment_origin, tf32_gemm_tile, tf32_shared, unstage_fragment,
 };
-use crate::relu::relu;
 
 /// Outputs per unit along M and N in `forward_exact` (the 8 x 8 grid of `gemm_tile`), and units
 /// per side of its 16 x 16 cube. Invariants of `gemm_tile`'s layout.
@@ -39,6 +39,7 @@ pub fn forward_exact<F: Float>(
     b: &Tensor<F>,
     z: &mut Tensor<F>,
     h: &mut Tensor<F>,
+    #[comptime] relu: bool,
 ) {
     let batch = x.shape(0);
     let inputs = x.shape(1);
@@ -62,7 +63,7 @@ pub fn forward_exact<F: Float>(
                 if m < batch {
                     let pre = acc[i * MICRO + j] + bias;
                     z[m * classes + n] = pre;
-                    h[m * classes + n] = relu::<F>(pre);
+                    h[m * classes + n] = activation::<F>(pre, relu);
                 }
             }
         }
@@ -77,6 +78,7 @@ pub fn forward_tf32<F: Float, N: Size>(
     z: &mut Tensor<F>,
     h: &mut Tensor<F>,
     #[comptime] parts: usize,
+    #[comptime] relu: bool,
 ) {
     let batch = x.shape(0);
     let inputs = x.shape(1);
@@ -115,12 +117,12 @@ pub fn forward_tf32<F: Float, N: Size>(
                     if n < classes {
                         let pre = lo[e] + b[n];
                         z[m * classes + n] = pre;
-                        h[m * classes + n] = relu::<F>(pre);
+                        h[m * classes + n] = activation::<F>(pre, relu);
                     }
                     if n + V < classes {
                         let pre = hi[e] + b[n + V];
                         z[m * classes + n + V] = pre;
-                        h[m * classes + n + V] = relu::<F>(pre);
+                        h[m * classes + n + V] = activation::<F>(pre, relu);
                     }
                 }
             }
@@ -128,24 +130,33 @@ pub fn forward_tf32<F: Float, N: Size>(
     }
 }
 
-/// `Z = P + b` in place, and `H = ReLU(Z)`: the training forward, whose backward needs Z.
+/// `Z = P + b` in place, and `H = act(Z)`: the training forward, whose backward needs Z.
 #[cube(launch_unchecked)]
-pub fn bias_relu<F: Float>(z: &mut Tensor<F>, b: &Tensor<F>, h: &mut Tensor<F>) {
+pub fn bias_activation<F: Float>(
+    z: &mut Tensor<F>,
+    b: &Tensor<F>,
+    h: &mut Tensor<F>,
+    #[comptime] relu: bool,
+) {
     let pos = ABSOLUTE_POS;
     if pos < z.len() {
         let v = z[pos] + b[pos % b.len()];
         z[pos] = v;
-        h[pos] = relu::<F>(v);
+        h[pos] = activation::<F>(v, relu);
     }
 }
 
-/// `H = ReLU(P + b)` in place of P: the logits alone, which never need Z (no second [B, C]
+/// `H = act(P + b)` in place of P: the logits alone, which never need Z (no second [B, C]
 /// buffer, one write per element instead of two).
 #[cube(launch_unchecked)]
-pub fn bias_relu_in_place<F: Float>(p: &mut Tensor<F>, b: &Tensor<F>) {
+pub fn bias_activation_in_place<F: Float>(
+    p: &mut Tensor<F>,
+    b: &Tensor<F>,
+    #[comptime] relu: bool,
+) {
     let pos = ABSOLUTE_POS;
     if pos < p.len() {
         let v = p[pos] + b[pos % b.len()];
-        p[pos] = relu::<F>(v);
+        p[pos] = activation::<F>(v, relu);
     }
 }

@@ -4,8 +4,8 @@
 //! - [`matmul`]: the exact f32 tiled product (FMA), both transposes read in place.
 //! - [`tf32_matmul`]: the same product on TF32 tensor cores (CubeCL `cmma`), for
 //!   `HeadPrecision::Tf32` where Burn's cubek kernel does not take the problem.
-//! - [`forward`]: stage 1 on either product, with the bias and ReLU on the way out, and the
-//!   bias and ReLU after a product computed elsewhere.
+//! - [`forward`]: stage 1 on either product, with the bias and activation on the way out, and the
+//!   bias and activation after a product computed elsewhere.
 //! - [`rows`]: the per-row softmax cross-entropy, the masked gradient and the bias gradient.
 //! - [`chunks`]: the streamed path's row and column kernels, in place on a chunk of rows.
 

@@ -3,14 +3,14 @@
 //!
 //! Each is the fast path's own launch of a helper shared with the reference stages (which the
 //! fast path never launches): [`softmax_cross_entropy_row`] (the algebra of
-//! [`crate::softmax_ce`]), [`relu_grad`] and [`column_sum`]. So the fast path computes the same
+//! [`crate::softmax_ce`]), [`activation_grad`] and [`column_sum`]. So the fast path computes the same
 //! values, term by term, as stages 2, 3 and 5, and every access is guarded: the host launches
 //! these kernels without CubeCL's bound checks.
 
 use cubecl::{cube, prelude::*};
 
+use crate::activation::activation_grad;
 use crate::reductions::columns::column_sum;
-use crate::relu::relu_grad;
 use crate::softmax_ce::softmax_cross_entropy_row;
 
 /// Per-row loss [B] and dH [B, C] of H [B, C], one cube per row of `cube_units` units.
@@ -28,10 +28,16 @@ pub fn softmax_cross_entropy_rows<F: Float, L: Int>(
 
 /// `dZ = dH [Z > 0] g`, [B, C], one unit per element; g [1] is the upstream gradient.
 #[cube(launch_unchecked)]
-pub fn masked_gradient<F: Float>(z: &Tensor<F>, dh: &Tensor<F>, g: &Tensor<F>, dz: &mut Tensor<F>) {
+pub fn masked_gradient<F: Float>(
+    z: &Tensor<F>,
+    dh: &Tensor<F>,
+    g: &Tensor<F>,
+    dz: &mut Tensor<F>,
+    #[comptime] relu: bool,
+) {
     let pos = ABSOLUTE_POS;
     if pos < dz.len() {
-        dz[pos] = relu_grad::<F>(z[pos], dh[pos] * g[0]);
+        dz[pos] = activation_grad::<F>(z[pos], dh[pos] * g[0], relu);
     }
 }
 

@@ -46,6 +46,34 @@ pub fn tree_max<F: Float>(smem: &mut SharedMemory<F>) -> F {
     total
 }
 
+/// `(max, index)` of `values[0..CUBE_DIM]` with their `indices`: the largest value, and on a
+/// tie the smallest index; every unit gets the result. The maximum is exact, so it is the value
+/// [`tree_max`] gives (NaN aside: comparisons skip a NaN that is not the first value a unit
+/// saw). Each unit has written its candidate to both arrays before the call.
+#[cube]
+pub fn tree_argmax<F: Float>(
+    values: &mut SharedMemory<F>,
+    indices: &mut SharedMemory<u32>,
+) -> (F, u32) {
+    sync_cube();
+    let mut half = CUBE_DIM / 2;
+    while half > 0 {
+        if UNIT_POS < half {
+            let (a, b) = (UNIT_POS as usize, (UNIT_POS + half) as usize);
+            let (va, vb) = (values[a], values[b]);
+            let (ia, ib) = (indices[a], indices[b]);
+            let take = vb > va || (vb == va && ib < ia);
+            values[a] = select(take, vb, va);
+            indices[a] = select(take, ib, ia);
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let best = (values[0], indices[0]);
+    sync_cube();
+    best
+}
+
 /// Independent accumulators of [`strided_sum`]: that many loads in flight per unit.
 const LANES: usize = 8;
 

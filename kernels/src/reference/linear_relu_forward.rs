@@ -9,7 +9,7 @@
 
 use cubecl::{cube, prelude::*};
 
-use crate::relu::relu;
+use crate::activation::activation;
 
 #[cube(launch)]
 pub fn linear_relu_forward<F: Float>(
@@ -41,5 +41,5 @@ pub fn linear_relu_forward<F: Float>(
 
     // 3. ReLU (a NaN pre-activation stays NaN in H).
     z[pos] = pre;
-    h[pos] = relu::<F>(pre);
+    h[pos] = activation::<F>(pre, true);
 }

@@ -4,7 +4,7 @@
 //! the fast path against them on the same backend. The fast path never launches them: editing
 //! one changes what the tests compare against, never what `loss.backward()` runs. Where a stage
 //! and a fast-path kernel compute the same thing (stage 2, stage 3's mask, stage 5), both call
-//! the same helper ([`crate::softmax_ce`], [`crate::relu`], [`crate::reductions::columns`]).
+//! the same helper ([`crate::softmax_ce`], [`crate::activation`], [`crate::reductions::columns`]).
 //!
 //! 1. [`linear_relu_forward`]: Z = X W^T + b and H = ReLU(Z).
 //! 2. [`softmax_cross_entropy`]: per-row loss and dH = (p - onehot) / B.

@@ -6,7 +6,7 @@
 
 use cubecl::{cube, prelude::*};
 
-use crate::relu::relu_grad;
+use crate::activation::activation_grad;
 
 #[cube(launch)]
 pub fn relu_backward<F: Float>(z: &Tensor<F>, dh: &Tensor<F>, g: &Tensor<F>, dz: &mut Tensor<F>) {
@@ -14,5 +14,5 @@ pub fn relu_backward<F: Float>(z: &Tensor<F>, dh: &Tensor<F>, g: &Tensor<F>, dz:
     if pos >= dz.len() {
         terminate!();
     }
-    dz[pos] = relu_grad::<F>(z[pos], dh[pos] * g[0]);
+    dz[pos] = activation_grad::<F>(z[pos], dh[pos] * g[0], true);
 }

@@ -21,7 +21,7 @@
 
 use cubecl::{cube, prelude::*};
 
-use crate::relu::relu_grad;
+use crate::activation::activation_grad;
 
 /// This unit's vectors of X of rows `r0 + first ..` (`group` of them; zeros past `rows_here`
 /// rows or for a unit past I's vectors).
@@ -62,6 +62,7 @@ pub fn backward<F: Float, N: Size>(
     #[comptime] stage_rows: usize,
     #[comptime] group: usize,
     #[comptime] write_dx: bool,
+    #[comptime] relu: bool,
 ) {
     let batch = x.shape(0);
     let vectors = x.shape(1) / N::value();
@@ -106,7 +107,7 @@ pub fn backward<F: Float, N: Size>(
             let mut v = F::new(0.0);
             if row < row_end {
                 let idx = row * classes + e % classes;
-                v = relu_grad::<F>(z[idx], dh[idx] * grad);
+                v = activation_grad::<F>(z[idx], dh[idx] * grad, relu);
             }
             smem[e] = v;
             e += units;

@@ -1,5 +1,5 @@
 //! The dot products of the small-C kernels: each row of X against the C rows of W, in one of
-//! two layouts, and the per-row logits `Z = X W^T + b`, `H = ReLU(Z)` from them.
+//! two layouts, and the per-row logits `Z = X W^T + b`, `H = act(Z)` from them.
 //!
 //! X [B, I], W [C, I], b [C]; all contiguous, X and W read as vectors of N elements (N divides
 //! I). C and the row counts are compile-time: the partial sums are unrolled register arrays,
@@ -25,7 +25,7 @@
 
 use cubecl::{cube, prelude::*};
 
-use crate::relu::relu;
+use crate::activation::activation;
 
 /// Lane partials of the `rows * C` dot products of rows `first ..` with the C rows of W, into
 /// `acc` (row-major `[rows, C]`), for the plane's current group of rows: lane `l` walks the
@@ -99,12 +99,13 @@ pub fn plane_logits<F: Float>(
     hs: &mut Array<F>,
     r: usize,
     #[comptime] classes: usize,
+    #[comptime] relu: bool,
 ) {
     #[unroll]
     for c in 0..classes {
         let pre = plane_sum(acc[r * classes + c]) + b[c];
         zs[c] = pre;
-        hs[c] = relu::<F>(pre);
+        hs[c] = activation::<F>(pre, relu);
     }
 }
 

@@ -18,7 +18,7 @@
 
 use cubecl::{cube, prelude::*};
 
-use crate::relu::relu;
+use crate::activation::activation;
 use crate::small_classes::dots::{lane_partials, pick, plane_logits, row_dots};
 use crate::softmax_ce::{checked_label, register_max_sum, row_grad, row_loss};
 
@@ -42,6 +42,7 @@ pub fn forward_planes<F: Float, N: Size, L: Int>(
     #[comptime] rows: usize,
     #[comptime] steps: usize,
     #[comptime] mean: bool,
+    #[comptime] relu: bool,
 ) {
     let batch = x.shape(0);
     let lane = UNIT_POS_PLANE as usize;
@@ -69,7 +70,7 @@ pub fn forward_planes<F: Float, N: Size, L: Int>(
             let row = first + r;
             let mut zs = Array::<F>::new(classes);
             let mut hs = Array::<F>::new(classes);
-            plane_logits::<F>(&acc, b, &mut zs, &mut hs, r, classes);
+            plane_logits::<F>(&acc, b, &mut zs, &mut hs, r, classes, relu);
             let (m, d) = register_max_sum::<F>(&hs, classes);
             // The label, checked before it is ever compared or used.
             let label = labels[select(row < batch, row, batch - 1)];
@@ -131,6 +132,7 @@ pub fn forward_rows<F: Float, N: Size, L: Int>(
     #[comptime] classes: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
+    #[comptime] relu: bool,
 ) {
     let batch = x.shape(0);
     let unit = UNIT_POS as usize;
@@ -147,7 +149,7 @@ pub fn forward_rows<F: Float, N: Size, L: Int>(
         for c in 0..classes {
             let pre = acc[c] + b[c];
             z[row * classes + c] = pre;
-            acc[c] = relu::<F>(pre);
+            acc[c] = activation::<F>(pre, relu);
         }
         // 2. The softmax cross-entropy on the C values in registers.
         let (m, d) = register_max_sum::<F>(&acc, classes);

@@ -1,4 +1,4 @@
-//! The head's output alone for small C: `H = ReLU(X W^T + b)`, reading each row of X once
+//! The head's output alone for small C: `H = act(X W^T + b)`, reading each row of X once
 //! (prediction; no labels, no loss).
 //!
 //! X [B, I], W [C, I], b [C]; writes H [B, C]. All contiguous; X and W are read as vectors of N
@@ -9,7 +9,7 @@
 
 use cubecl::{cube, prelude::*};
 
-use crate::relu::relu;
+use crate::activation::activation;
 use crate::small_classes::dots::{lane_partials, pick, plane_logits, row_dots};
 
 /// The plane layout of `forward_planes`: lane `c` writes class `c` (in turns of P classes).
@@ -22,6 +22,7 @@ pub fn logits_planes<F: Float, N: Size>(
     #[comptime] classes: usize,
     #[comptime] rows: usize,
     #[comptime] steps: usize,
+    #[comptime] relu: bool,
 ) {
     let batch = x.shape(0);
     let lane = UNIT_POS_PLANE as usize;
@@ -41,7 +42,7 @@ pub fn logits_planes<F: Float, N: Size>(
             let row = first + r;
             let mut zs = Array::<F>::new(classes);
             let mut hs = Array::<F>::new(classes);
-            plane_logits::<F>(&acc, b, &mut zs, &mut hs, r, classes);
+            plane_logits::<F>(&acc, b, &mut zs, &mut hs, r, classes, relu);
             let mut c0 = 0;
             while c0 < classes {
                 let mine = c0 + lane;
@@ -66,6 +67,7 @@ pub fn logits_rows<F: Float, N: Size>(
     #[comptime] classes: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
+    #[comptime] relu: bool,
 ) {
     let batch = x.shape(0);
     let row = CUBE_POS * rows + UNIT_POS as usize;
@@ -74,7 +76,7 @@ pub fn logits_rows<F: Float, N: Size>(
     if row < batch {
         #[unroll]
         for c in 0..classes {
-            h[row * classes + c] = relu::<F>(acc[c] + b[c]);
+            h[row * classes + c] = activation::<F>(acc[c] + b[c], relu);
         }
     }
 }
