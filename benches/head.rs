@@ -37,6 +37,11 @@ use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
 
 /// Time spent on each of the step, forward and backward measures of one contender and shape.
 const BUDGET_MS: u64 = 300;
+/// Samples of each timing at the least, where they fit in [`MIN_SAMPLES_WITHIN`]: the budget
+/// alone gave 3 steps at (8192, 4096, 128256), too few for a median.
+const MIN_SAMPLES: usize = 10;
+/// How long [`MIN_SAMPLES`] may take before fewer are kept.
+const MIN_SAMPLES_WITHIN: Duration = Duration::from_secs(8);
 
 /// H200 floors: device copy bandwidth (read + write counted) and f32 FMA throughput.
 const COPY_BYTES_PER_S: f64 = 4.3e12;
@@ -74,13 +79,13 @@ fn stats(mut ms: Vec<f64>) -> Stats {
     }
 }
 
-/// Times `f` (which must sync) until `budget` is spent: at least once, 3 times unless one call
-/// outlasts the budget, at most `max` times.
+/// Times `f` (which must sync) until `budget` is spent: at least once, [`MIN_SAMPLES`] times
+/// unless that takes [`MIN_SAMPLES_WITHIN`], at most `max` times.
 fn repeat(budget: Duration, max: usize, mut f: impl FnMut() -> f64) -> Vec<f64> {
     let start = Instant::now();
     let mut out = Vec::new();
     while out.is_empty()
-        || (out.len() < 3 && start.elapsed() < budget)
+        || (out.len() < MIN_SAMPLES && start.elapsed() < MIN_SAMPLES_WITHIN)
         || (out.len() < max && start.elapsed() < budget)
     {
         out.push(f());
@@ -264,51 +269,23 @@ const CUDA_CONTENDERS: [&str; 8] = [
     "ours TF32 identity CubeBackend",
 ];
 
-/// Our op with `HeadPrecision::Tf32`.
+/// Our op with `HeadPrecision::Tf32` where `TF32`, and `HeadActivation::Identity` (no ReLU:
+/// what Liger's and CCE's heads compute) where `IDENTITY`.
 #[cfg(feature = "cuda")]
-fn tf32_head<B: FusedHeadBackend>(
+fn head_with<B: FusedHeadBackend, const TF32: bool, const IDENTITY: bool>(
     x: Tensor<B, 2>,
     w: Tensor<B, 2>,
     b: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
-    burn_fused_head::linear_relu_cross_entropy_with(
-        x,
-        w,
-        b,
-        labels,
-        burn_fused_head::HeadPrecision::Tf32,
-    )
-}
-
-/// Our op with `HeadActivation::Identity` (no ReLU: what Liger's and CCE's heads compute).
-#[cfg(feature = "cuda")]
-fn identity_head<B: FusedHeadBackend>(
-    x: Tensor<B, 2>,
-    w: Tensor<B, 2>,
-    b: Tensor<B, 1>,
-    labels: Tensor<B, 1, Int>,
-) -> Tensor<B, 1> {
-    burn_fused_head::linear_relu_cross_entropy_with(
-        x,
-        w,
-        b,
-        labels,
-        burn_fused_head::HeadActivation::Identity,
-    )
-}
-
-/// Our op with `HeadPrecision::Tf32` and `HeadActivation::Identity`.
-#[cfg(feature = "cuda")]
-fn tf32_identity_head<B: FusedHeadBackend>(
-    x: Tensor<B, 2>,
-    w: Tensor<B, 2>,
-    b: Tensor<B, 1>,
-    labels: Tensor<B, 1, Int>,
-) -> Tensor<B, 1> {
-    let options = burn_fused_head::HeadOptions::new()
-        .with_precision(burn_fused_head::HeadPrecision::Tf32)
-        .with_activation(burn_fused_head::HeadActivation::Identity);
+    use burn_fused_head::{HeadActivation, HeadOptions, HeadPrecision};
+    let mut options = HeadOptions::new();
+    if TF32 {
+        options = options.with_precision(HeadPrecision::Tf32);
+    }
+    if IDENTITY {
+        options = options.with_activation(HeadActivation::Identity);
+    }
     burn_fused_head::linear_relu_cross_entropy_with(x, w, b, labels, options)
 }
 
@@ -354,10 +331,16 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
             1 => step_then_reserved(&|| one_step::<Fused>(&device, data, stock_head_loss)),
             2 => step_then_reserved(&|| one_step::<Raw>(&device, data, linear_relu_cross_entropy)),
             3 => step_then_reserved(&|| one_step::<Raw>(&device, data, stock_head_loss)),
-            4 => step_then_reserved(&|| one_step::<Fused>(&device, data, tf32_head)),
-            5 => step_then_reserved(&|| one_step::<Raw>(&device, data, tf32_head)),
-            6 => step_then_reserved(&|| one_step::<Raw>(&device, data, identity_head)),
-            _ => step_then_reserved(&|| one_step::<Raw>(&device, data, tf32_identity_head)),
+            4 => step_then_reserved(&|| {
+                one_step::<Fused>(&device, data, head_with::<_, true, false>)
+            }),
+            5 => {
+                step_then_reserved(&|| one_step::<Raw>(&device, data, head_with::<_, true, false>))
+            }
+            6 => {
+                step_then_reserved(&|| one_step::<Raw>(&device, data, head_with::<_, false, true>))
+            }
+            _ => step_then_reserved(&|| one_step::<Raw>(&device, data, head_with::<_, true, true>)),
         });
     }
     let none = &|_| Err("timing run".to_string());
@@ -366,10 +349,10 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
         1 => bench::<Fused>(name, &device, data, stock_head_loss, none),
         2 => bench::<Raw>(name, &device, data, linear_relu_cross_entropy, none),
         3 => bench::<Raw>(name, &device, data, stock_head_loss, none),
-        4 => bench::<Fused>(name, &device, data, tf32_head, none),
-        5 => bench::<Raw>(name, &device, data, tf32_head, none),
-        6 => bench::<Raw>(name, &device, data, identity_head, none),
-        _ => bench::<Raw>(name, &device, data, tf32_identity_head, none),
+        4 => bench::<Fused>(name, &device, data, head_with::<_, true, false>, none),
+        5 => bench::<Raw>(name, &device, data, head_with::<_, true, false>, none),
+        6 => bench::<Raw>(name, &device, data, head_with::<_, false, true>, none),
+        _ => bench::<Raw>(name, &device, data, head_with::<_, true, true>, none),
     })
 }
 

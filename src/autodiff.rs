@@ -1,7 +1,9 @@
 //! `Autodiff<B, C>`: B's fused forward, and one backward step. Where B computes the gradients
 //! in the forward pass ([`FusedHeadBackend::head_gradients_in_forward`], the CubeCL backends at
-//! C > 32), the step scales them by the upstream gradient; elsewhere it runs B's fused
-//! backward (stages 3 to 6) from the Z and dH the forward pass kept.
+//! C > 32), the step scales them by the upstream gradient (or, where it is exactly 1, takes
+//! them as they are); elsewhere it runs B's fused backward (stages 3 to 6) from the Z and dH
+//! the forward pass kept. The predictions of `linear_relu_cross_entropy_and_predictions` come
+//! from the same forward call and are never tracked.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -186,9 +188,15 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
             let [node_x, node_weight, node_bias] = ops.parents;
             let grad_loss = grads.consume::<B>(&ops.node); // [1]
             let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
-            register::<B>(grads, parents, ops.state, |g| {
-                scale::<B>(g, grad_loss.clone())
-            });
+            if is_one::<B>(&grad_loss) {
+                // A plain `loss.backward()`: `grad * 1` is `grad`, bit for bit; the scaling
+                // would read and write dW ([C, I]) once more.
+                register::<B>(grads, parents, ops.state, |g| g);
+            } else {
+                register::<B>(grads, parents, ops.state, |g| {
+                    scale::<B>(g, grad_loss.clone())
+                });
+            }
         }
     }
 
@@ -243,6 +251,14 @@ fn register<B: FusedHeadBackend>(
             grads.register::<B>(node, map(grad));
         }
     }
+}
+
+/// Whether the upstream gradient `g` `[1]` is exactly 1: a read of 4 bytes, which waits for
+/// the work queued before it (on the streamed path the host already waited for the products).
+fn is_one<B: FusedHeadBackend>(g: &FloatTensor<B>) -> bool {
+    use burn::tensor::{Tensor, TensorPrimitive};
+    let g = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(g.clone()));
+    g.into_data().iter::<f64>().eq([1.0])
 }
 
 /// `grad * g`, g `[1]` broadcast over `grad`.

@@ -614,3 +614,18 @@ where
     NdArrayTensor: From<SharedArray<I>>,
 {
 }
+
+/// Flex (Burn's pure-Rust CPU backend, feature `flex`) runs the stock-op bodies.
+#[cfg(feature = "flex")]
+impl FusedHeadBackend for burn::backend::Flex {}
+
+/// Candle (feature `candle`) runs the stock-op bodies. Burn 0.21 deprecates its Candle
+/// backend; the impl stays while Burn ships it.
+#[cfg(feature = "candle")]
+#[allow(deprecated)]
+impl<F, I> FusedHeadBackend for burn::backend::Candle<F, I>
+where
+    F: burn::backend::candle::FloatCandleElement,
+    I: burn::backend::candle::IntCandleElement,
+{
+}

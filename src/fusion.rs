@@ -256,25 +256,9 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         wanted: HeadWanted,
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
-        let (batch, inputs, classes) = crate::validate::linear_shapes(
-            "head_loss_and_gradients",
-            &x.shape,
-            &weight.shape,
-            &bias.shape,
-        );
-        // Outputs: the loss, then the wanted gradients.
-        let mut shapes = vec![Shape::new([1])];
-        shapes.extend(wanted_shapes(wanted, batch, inputs, classes));
-        let client = x.client.clone();
-        let mut outputs = register::<B>(
-            Stage::LossAndGradients(wanted, options),
-            vec![x, weight, bias, labels],
-            &shapes,
-        )
-        .into_iter();
-        start_queued(&client);
-        let loss = outputs.next().expect("the loss");
-        (loss, take_wanted(wanted, outputs))
+        let stage = Stage::LossAndGradients(wanted, options);
+        let (loss, _, grads) = loss_stage::<B>(stage, [x, weight, bias], labels, wanted, false);
+        (loss, grads)
     }
 
     fn head_loss_gradients_and_predictions(
@@ -285,34 +269,10 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         wanted: HeadWanted,
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
-        let (batch, inputs, classes) = crate::validate::linear_shapes(
-            "head_loss_gradients_and_predictions",
-            &x.shape,
-            &weight.shape,
-            &bias.shape,
-        );
-        // Outputs: the loss, the predictions in the labels' dtype, then the wanted gradients.
-        let (float_dtype, label_dtype) = (x.dtype, labels.dtype);
-        let mut outputs = vec![
-            (Shape::new([1]), float_dtype),
-            (Shape::new([batch]), label_dtype),
-        ];
-        outputs.extend(
-            wanted_shapes(wanted, batch, inputs, classes)
-                .into_iter()
-                .map(|shape| (shape, float_dtype)),
-        );
-        let client = x.client.clone();
-        let mut outputs = register_typed::<B>(
-            Stage::LossGradientsPredictions(wanted, options),
-            vec![x, weight, bias, labels],
-            &outputs,
-        )
-        .into_iter();
-        start_queued(&client);
-        let loss = outputs.next().expect("the loss");
-        let predictions = outputs.next().expect("the predictions");
-        (loss, take_wanted(wanted, outputs), predictions)
+        let stage = Stage::LossGradientsPredictions(wanted, options);
+        let (loss, predictions, grads) =
+            loss_stage::<B>(stage, [x, weight, bias], labels, wanted, true);
+        (loss, grads, predictions.expect("predictions asked for"))
     }
 
     fn head_linear_relu_forward(
@@ -470,6 +430,43 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             &[Shape::new([1])],
         ))
     }
+}
+
+/// What [`loss_stage`] gives back: the loss, the predictions where asked for, the gradients.
+type LossStage<B> = (
+    FusionTensor<<B as FusionBackend>::FusionRuntime>,
+    Option<FusionTensor<<B as FusionBackend>::FusionRuntime>>,
+    HeadGradients<Fusion<B>>,
+);
+
+/// Registers a stage whose outputs are the loss, with `predict` the predictions (in the
+/// labels' dtype), then the wanted gradients, and takes them back apart.
+fn loss_stage<B: FusionBackend + FusedHeadBackend>(
+    stage: Stage,
+    [x, weight, bias]: [FusionTensor<B::FusionRuntime>; 3],
+    labels: FusionTensor<B::FusionRuntime>,
+    wanted: HeadWanted,
+    predict: bool,
+) -> LossStage<B> {
+    let (batch, inputs, classes) =
+        crate::validate::linear_shapes(stage.id(), &x.shape, &weight.shape, &bias.shape);
+    let (float_dtype, label_dtype) = (x.dtype, labels.dtype);
+    let mut outputs = vec![(Shape::new([1]), float_dtype)];
+    if predict {
+        outputs.push((Shape::new([batch]), label_dtype));
+    }
+    outputs.extend(
+        wanted_shapes(wanted, batch, inputs, classes)
+            .into_iter()
+            .map(|shape| (shape, float_dtype)),
+    );
+    let client = x.client.clone();
+    let mut outputs =
+        register_typed::<B>(stage, vec![x, weight, bias, labels], &outputs).into_iter();
+    start_queued(&client);
+    let loss = outputs.next().expect("the loss");
+    let predictions = predict.then(|| outputs.next().expect("the predictions"));
+    (loss, predictions, take_wanted(wanted, outputs))
 }
 
 /// Hands the operations queued so far on the fusion client to its server thread now, as

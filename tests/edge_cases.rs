@@ -67,6 +67,14 @@ on_backend!(
     10_000,
     None
 );
+/// Burn 0.21 deprecates its Candle backend; the suite runs on it while Burn ships it.
+#[cfg(feature = "candle")]
+#[allow(deprecated)]
+type Candle = burn::backend::Candle;
+#[cfg(feature = "flex")]
+on_backend!(flex, burn::backend::Flex, Default::default(), 10_000, None);
+#[cfg(feature = "candle")]
+on_backend!(candle, Candle, Default::default(), 10_000, None);
 #[cfg(feature = "wgpu")]
 on_backend!(
     wgpu_fusion,

@@ -120,6 +120,14 @@ macro_rules! on_backend {
 }
 
 on_backend!(ndarray, NdArray<f32>, NdArrayDevice::Cpu);
+/// Burn 0.21 deprecates its Candle backend; the suite runs on it while Burn ships it.
+#[cfg(feature = "candle")]
+#[allow(deprecated)]
+type Candle = burn::backend::Candle;
+#[cfg(feature = "flex")]
+on_backend!(flex, burn::backend::Flex, Default::default());
+#[cfg(feature = "candle")]
+on_backend!(candle, Candle, Default::default());
 #[cfg(feature = "wgpu")]
 on_backend!(
     wgpu_fusion,

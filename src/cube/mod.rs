@@ -66,24 +66,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
         let op = "head_loss_and_gradients";
-        let (batch, inputs, classes) = check_with_labels::<R, F>(op, &x, &weight, &bias, &labels);
-        // An empty batch or I = 0 has no product to stream: the forward and backward kernels
-        // handle both (no [B, C] of any size worth saving).
-        if classes <= SMALL_CLASSES || batch == 0 || inputs == 0 {
-            return forward_then_backward::<Self>(x, weight, bias, labels, wanted, options);
+        let inputs = [x, weight, bias, labels];
+        match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, false) {
+            Some((loss, grads, _)) => (loss, grads),
+            None => {
+                let [x, weight, bias, labels] = inputs;
+                forward_then_backward::<Self>(x, weight, bias, labels, wanted, options)
+            }
         }
-        let tf32 = use_tf32(options.precision, &x);
-        let device = x.device.clone();
-        let (loss, grads, _) = streamed::loss_and_gradients::<R, F, I, BT>(
-            op,
-            [x, weight, bias, labels],
-            wanted,
-            tf32,
-            options.relu(),
-            false,
-        );
-        start_queued::<R>(&device);
-        (loss, grads)
     }
 
     fn head_loss_gradients_and_predictions(
@@ -95,22 +85,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
         let op = "head_loss_gradients_and_predictions";
-        let (batch, inputs, classes) = check_with_labels::<R, F>(op, &x, &weight, &bias, &labels);
-        if classes <= SMALL_CLASSES || batch == 0 || inputs == 0 {
-            return forward_backward_predictions::<Self>(x, weight, bias, labels, wanted, options);
+        let inputs = [x, weight, bias, labels];
+        match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, true) {
+            Some((loss, grads, predictions)) => {
+                (loss, grads, predictions.expect("predictions asked for"))
+            }
+            None => {
+                let [x, weight, bias, labels] = inputs;
+                forward_backward_predictions::<Self>(x, weight, bias, labels, wanted, options)
+            }
         }
-        let tf32 = use_tf32(options.precision, &x);
-        let device = x.device.clone();
-        let (loss, grads, predictions) = streamed::loss_and_gradients::<R, F, I, BT>(
-            op,
-            [x, weight, bias, labels],
-            wanted,
-            tf32,
-            options.relu(),
-            true,
-        );
-        start_queued::<R>(&device);
-        (loss, grads, predictions.expect("predictions asked for"))
     }
 
     fn head_linear_relu_forward(
@@ -230,6 +214,35 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         start_queued::<R>(&device);
         grads
     }
+}
+
+/// The streamed path on X, W, b and the labels (checked here) where it applies: C > 32, and a
+/// product to stream (an empty batch or I = 0 has none; the forward and backward kernels
+/// handle both with no [B, C] of any size worth saving). `None` elsewhere.
+fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: &str,
+    inputs: &[CubeTensor<R>; 4],
+    wanted: HeadWanted,
+    options: HeadOptions,
+    predict: bool,
+) -> Option<streamed::LossAndGradients<R, F, I, BT>> {
+    let [x, weight, bias, labels] = inputs;
+    let (batch, inputs_dim, classes) = check_with_labels::<R, F>(op, x, weight, bias, labels);
+    if classes <= SMALL_CLASSES || batch == 0 || inputs_dim == 0 {
+        return None;
+    }
+    let tf32 = use_tf32(options.precision, x);
+    let device = x.device.clone();
+    let out = streamed::loss_and_gradients::<R, F, I, BT>(
+        op,
+        inputs.clone(),
+        wanted,
+        tf32,
+        options.relu(),
+        predict,
+    );
+    start_queued::<R>(&device);
+    Some(out)
 }
 
 /// The checks of an op on X, W, b and the labels, before anything runs: dtypes, devices,

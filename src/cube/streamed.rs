@@ -91,7 +91,7 @@ pub(crate) fn chunk_rows(batch: usize, classes: usize) -> usize {
 }
 
 /// The loss `[1]`, the gradients and (where asked for) the predictions `[B]` of one call.
-type LossAndGradients<R, F, I, BT> = (
+pub(super) type LossAndGradients<R, F, I, BT> = (
     CubeTensor<R>,
     HeadGradients<CubeBackend<R, F, I, BT>>,
     Option<CubeTensor<R>>,
