@@ -229,15 +229,23 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
     for classes in [10, 40] {
         let hidden = Linear::<A> {
             weight: Param::from_tensor(seeded_uniform(92, [784, 256], 1.0 / 28.0, device)),
-            bias: Some(Param::from_tensor(seeded_uniform(93, [256], 1.0 / 28.0, device))),
+            bias: Some(Param::from_tensor(seeded_uniform(
+                93,
+                [256],
+                1.0 / 28.0,
+                device,
+            ))),
         };
         let x = seeded_uniform::<A, 2>(91, [32, 784], 1.7, device);
-        let labels =
-            Tensor::<A, 1, burn::tensor::Int>::arange(0..32, device).remainder_scalar(classes as i64);
+        let labels = Tensor::<A, 1, burn::tensor::Int>::arange(0..32, device)
+            .remainder_scalar(classes as i64);
         let features = Relu::new().forward(hidden.forward(x)).detach(); // [32, 256]
         let config = FusedHeadConfig::new(256, classes).with_activation(HeadActivation::Identity);
         assert_eq!(config.activation, HeadActivation::Identity);
-        assert_eq!(config.init::<A>(device).activation, HeadActivation::Identity);
+        assert_eq!(
+            config.init::<A>(device).activation,
+            HeadActivation::Identity
+        );
         // The config's init, with explicit f32 values (Burn's initializers take the device's
         // default dtype).
         let mut head = FusedHead::<A> {
@@ -307,6 +315,9 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
             last.0,
             last.1
         );
-        assert!(last.0 < 0.5 * first, "C = {classes}: loss did not fall: {losses:?}");
+        assert!(
+            last.0 < 0.5 * first,
+            "C = {classes}: loss did not fall: {losses:?}"
+        );
     }
 }

@@ -546,10 +546,15 @@ fn identity_tf32_fast_path_matches_the_rounded_reference() {
         let tf32 = run(HeadPrecision::Tf32);
         let context = format!("identity TF32 fast path B={b} I={i} C={c} g={grad}");
         if B::head_tf32_available(device) {
-            let want = reference_stages_with(&data, grad, identity.with_precision(HeadPrecision::Tf32));
+            let want =
+                reference_stages_with(&data, grad, identity.with_precision(HeadPrecision::Tf32));
             assert_gates(&context, &tf32.gates(&want));
         } else {
-            assert_eq!(tf32, run(HeadPrecision::Exact), "{context}: TF32 must run exact");
+            assert_eq!(
+                tf32,
+                run(HeadPrecision::Exact),
+                "{context}: TF32 must run exact"
+            );
         }
     }
 }
@@ -599,7 +604,13 @@ fn identity_logits_are_the_training_forwards_z() {
 fn predictions_are_the_argmax_of_h_beside_the_same_loss() {
     type A = burn::backend::Autodiff<B>;
     let device = &device();
-    let shapes = [(7, 13, 5), (130, 70, 9), (97, 300, 32), (2, 5, 33), (300, 64, 257)];
+    let shapes = [
+        (7, 13, 5),
+        (130, 70, 9),
+        (97, 300, 32),
+        (2, 5, 33),
+        (300, 64, 257),
+    ];
     for (k, &(b, i, c)) in shapes.iter().enumerate() {
         let data = HeadData::random(890 + k as u64, b, i, c);
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {

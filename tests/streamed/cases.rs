@@ -264,7 +264,9 @@ fn streamed_predictions_are_the_argmax_of_h() {
     for (k, &(b, i, c, elements)) in SHAPES.iter().enumerate() {
         let data = HeadData::random(970 + k as u64, b, i, c);
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
-            let context = format!("streamed predictions {activation:?} B={b} I={i} C={c} chunk elements={elements}");
+            let context = format!(
+                "streamed predictions {activation:?} B={b} I={i} C={c} chunk elements={elements}"
+            );
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
             let (loss, predictions, plain) = chunked(elements, || {
                 let (loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
