@@ -70,7 +70,7 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
 
     impl<B: FusedHeadBackend> Backward<B, 3> for HeadBackward {
         /// X (dW needs it) and W (dX needs it) as checkpointed parents, then Z (the ReLU
-        /// mask) and dH (for a unit upstream gradient), both `[B, C]`, from the forward pass.
+        /// mask, where the activation is ReLU) and dH (for a unit upstream gradient), both `[B, C]`, from the forward pass.
         type State = (NodeId, NodeId, FloatTensor<B>, FloatTensor<B>);
 
         fn backward(

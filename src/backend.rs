@@ -14,7 +14,8 @@ use burn::tensor::{DType, Int, Tensor, TensorMetadata, TensorPrimitive};
 pub struct HeadForward<B: Backend> {
     /// Mean cross-entropy over the batch, `[1]`.
     pub loss: FloatTensor<B>,
-    /// Pre-activation `Z = X W^T + b`, `[B, C]`: the ReLU mask of the backward pass.
+    /// Pre-activation `Z = X W^T + b`, `[B, C]`: the ReLU mask of the backward pass (unused by
+    /// the identity's).
     pub z: FloatTensor<B>,
     /// `dH = (softmax(H) - onehot(labels)) / B`, `[B, C]`, for a unit upstream gradient.
     pub dh: FloatTensor<B>,

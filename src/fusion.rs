@@ -257,7 +257,14 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
         let stage = Stage::LossAndGradients(wanted, options);
-        let (loss, _, grads) = loss_stage::<B>(stage, [x, weight, bias], labels, wanted, false);
+        let (loss, _, grads) = loss_stage::<B>(
+            "head_loss_and_gradients",
+            stage,
+            [x, weight, bias],
+            labels,
+            wanted,
+            false,
+        );
         (loss, grads)
     }
 
@@ -269,9 +276,10 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         wanted: HeadWanted,
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
+        let op = "head_loss_gradients_and_predictions";
         let stage = Stage::LossGradientsPredictions(wanted, options);
         let (loss, predictions, grads) =
-            loss_stage::<B>(stage, [x, weight, bias], labels, wanted, true);
+            loss_stage::<B>(op, stage, [x, weight, bias], labels, wanted, true);
         (loss, grads, predictions.expect("predictions asked for"))
     }
 
@@ -440,8 +448,10 @@ type LossStage<B> = (
 );
 
 /// Registers a stage whose outputs are the loss, with `predict` the predictions (in the
-/// labels' dtype), then the wanted gradients, and takes them back apart.
+/// labels' dtype), then the wanted gradients, and takes them back apart; shapes checked as
+/// `op`.
 fn loss_stage<B: FusionBackend + FusedHeadBackend>(
+    op: &str,
     stage: Stage,
     [x, weight, bias]: [FusionTensor<B::FusionRuntime>; 3],
     labels: FusionTensor<B::FusionRuntime>,
@@ -449,7 +459,7 @@ fn loss_stage<B: FusionBackend + FusedHeadBackend>(
     predict: bool,
 ) -> LossStage<B> {
     let (batch, inputs, classes) =
-        crate::validate::linear_shapes(stage.id(), &x.shape, &weight.shape, &bias.shape);
+        crate::validate::linear_shapes(op, &x.shape, &weight.shape, &bias.shape);
     let (float_dtype, label_dtype) = (x.dtype, labels.dtype);
     let mut outputs = vec![(Shape::new([1]), float_dtype)];
     if predict {

@@ -57,7 +57,8 @@ impl FusedHeadConfig {
     }
 }
 
-/// A classifier head trained with softmax cross-entropy: `H = ReLU(X W^T + b)`, loss
+/// A classifier head trained with softmax cross-entropy: `H = act(X W^T + b)` (ReLU by default,
+/// or the identity: see [`HeadActivation`]), loss
 /// `mean_r cross_entropy(softmax(H[r]), labels[r])`, forward and backward fused.
 ///
 /// Drop it in as the last layer of a model; it works with Burn's optimizers and recorders like
@@ -111,9 +112,9 @@ impl<B: FusedHeadBackend> FusedHead<B> {
         )
     }
 
-    /// The head's output `H = ReLU(X W^T + b)`, `[B, C]` (or `[d0, .., dk, C]` for X
-    /// `[d0, .., dk, I]`), with the head's precision; its argmax over the last dim is the
-    /// prediction. See [`crate::linear_relu_logits_with`].
+    /// The head's output `H = act(X W^T + b)` (`X W^T + b` itself with the identity), `[B, C]`
+    /// (or `[d0, .., dk, C]` for X `[d0, .., dk, I]`), with the head's options; its argmax over
+    /// the last dim is the prediction. See [`crate::linear_relu_logits_with`].
     pub fn logits<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         linear_relu_logits_with(x, self.weight.val(), self.bias.val(), self.options())
     }

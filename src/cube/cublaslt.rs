@@ -9,7 +9,8 @@
 //! Determinism: one algorithm per problem (cuBLASLt's first heuristic answer for the shape and
 //! the operands' alignments, kept for the process), one stream and one workspace per device; cuBLASLt's algorithms
 //! reduce split K through the workspace or in place in a fixed order, never with atomics
-//! unless asked for. So the same inputs give the same bits, call after call.
+//! unless asked for. So the same inputs give the same bits, call after call, at the same
+//! pointer alignments (CubeCL's allocations are aligned alike; an offset view may not be).
 
 use std::collections::HashMap;
 use std::ffi::c_void;

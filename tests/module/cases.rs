@@ -321,3 +321,44 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
         );
     }
 }
+
+/// `forward_with_predictions` on X `[2, 3, I]` with labels `[2, 3]`: the loss of `forward` bit
+/// for bit, predictions in the labels' shape equal to the flattened call's, both activations,
+/// on both paths (C = 7 and C = 40).
+#[test]
+fn forward_with_predictions_keeps_the_labels_shape() {
+    let device = &device();
+    for classes in [7, 40] {
+        for activation in [HeadActivation::Relu, HeadActivation::Identity] {
+            let data = HeadData::random(73, 6, 5, classes);
+            let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+            let head = FusedHead {
+                weight: Param::from_tensor(w),
+                bias: Param::from_tensor(b),
+                precision: HeadPrecision::Exact,
+                activation,
+            };
+            let context = format!("C = {classes}, {activation:?}");
+            let (flat_loss, flat) = head.forward_with_predictions(x.clone(), labels.clone());
+            let x3 = x.clone().reshape([2, 3, 5]);
+            let labels3 = labels.clone().reshape([2, 3]);
+            let (loss, predictions) = head.forward_with_predictions(x3.clone(), labels3.clone());
+            assert_eq!(predictions.dims(), [2, 3], "{context}: shape");
+            assert_eq!(
+                predictions.reshape([6]).into_data(),
+                flat.into_data(),
+                "{context}: predictions"
+            );
+            assert_eq!(
+                loss.into_data(),
+                head.forward(x3, labels3).into_data(),
+                "{context}: loss"
+            );
+            assert_eq!(
+                flat_loss.into_data(),
+                head.forward(x, labels).into_data(),
+                "{context}: flat loss"
+            );
+        }
+    }
+}

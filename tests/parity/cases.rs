@@ -654,7 +654,8 @@ fn predictions_are_the_argmax_of_h_beside_the_same_loss() {
 
 /// Ties go to the first class: rows whose every ReLU logit is 0 (dead) predict class 0, and a
 /// row whose largest logit is held by two identical classes (2 and 5, or 2 and 37) predicts the
-/// first of them; on both sides of C = 32.
+/// first of them, with ReLU and, where every logit is negative, with the identity; on both
+/// sides of C = 32.
 #[test]
 fn predictions_break_ties_toward_the_first_class() {
     let device = &device();
@@ -682,8 +683,32 @@ fn predictions_break_ties_toward_the_first_class() {
             dead.x[r * dead.inputs..(r + 1) * dead.inputs].fill(0.0);
         }
         let (x, w, bias, labels) = dead.tensors::<B>(device, DType::F32);
-        let (_, predictions) = linear_relu_cross_entropy_and_predictions(x, w, bias, labels);
+        let (_, predictions) = linear_relu_cross_entropy_and_predictions(
+            x.clone(),
+            w.clone(),
+            bias.clone(),
+            labels.clone(),
+        );
         let got = to_i64(predictions);
         assert!(got.iter().all(|&p| p == 0), "C = {c}, dead rows: {got:?}");
+
+        // The identity on the same rows: every logit is its bias, all negative, the largest
+        // -1 - |b| held by the twins only if they hold the smallest |b|: give the twins -0.5.
+        let mut twins = dead.clone();
+        twins.bias[2] = -0.5;
+        twins.bias[twin] = -0.5;
+        let (x, w, bias, labels) = twins.tensors::<B>(device, DType::F32);
+        let (_, predictions) = linear_relu_cross_entropy_and_predictions_with(
+            x,
+            w,
+            bias,
+            labels,
+            HeadActivation::Identity,
+        );
+        let got = to_i64(predictions);
+        assert!(
+            got.iter().all(|&p| p == 2),
+            "C = {c}, identity, negative twins: {got:?}"
+        );
     }
 }
