@@ -7,6 +7,9 @@
 //!   pre-activation Z (not from H: for ReLU both masks agree, but Z is the value the derivative
 //!   depends on); the subgradient at `z = 0` is 0, as in Burn's own `relu_backward`.
 //! - Identity (`relu` false): `H = Z`, `dZ = dH g`: cross-entropy on the logits themselves.
+//!
+//! Comments elsewhere write `act(Z)` for H and `act'(Z)` for the derivative's factor: `[Z > 0]`
+//! for ReLU, 1 for the identity.
 
 use cubecl::{cube, prelude::*};
 

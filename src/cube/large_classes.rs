@@ -1,7 +1,7 @@
 //! The fast path for C > 32 (`kernels::large_classes`): compute-bound, three products of
 //! 2 B I C FLOPs each with the row work between them.
 //!
-//! Forward: `Z = X W^T + b` and `H = ReLU(Z)` tiled, then the softmax cross-entropy per row
+//! Forward: `Z = X W^T + b` and `H = act(Z)` tiled, then the softmax cross-entropy per row
 //! and the mean. Backward: the masked gradient dZ, db as column sums, then `dW = dZ^T X` and
 //! `dX = dZ W` tiled, K split into slices added in order when the output has few tiles. Exact
 //! f32 on the FMA units, or, with TF32 allowed and available, on tensor cores: Burn's cubek
@@ -52,7 +52,7 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement>(
     (mean_of_parts::<R, F>(loss_rows, batch), z, dh)
 }
 
-/// The logits alone: H `[B, C]`. With `tf32` and where cubek takes the product, bias and ReLU
+/// The logits alone: H `[B, C]`. With `tf32` and where cubek takes the product, bias and activation
 /// in place of the product: no Z is ever allocated. Elsewhere, the forward's tiled kernels,
 /// whose Z is dropped.
 pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
@@ -84,7 +84,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
 }
 
 /// Stage 1 tiled: `(Z, H)`, `[B, C]` each. With `tf32`, cubek's TF32 product where it takes
-/// the problem, then bias and ReLU (Z in place, H); elsewhere our own kernels.
+/// the problem, then bias and activation (Z in place, H); elsewhere our own kernels.
 fn linear_activation<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -116,7 +116,7 @@ fn linear_activation<R: CubeRuntime, F: FloatElement>(
 }
 
 /// `P = X W^T` `[B, C]` on cubek's TF32 kernel for contiguous X and W, where it takes them;
-/// `None` elsewhere. Bias and ReLU are the caller's.
+/// `None` elsewhere. Bias and activation are the caller's.
 fn cubek_logits_product<R: CubeRuntime>(
     x: &CubeTensor<R>,
     weight: &CubeTensor<R>,
@@ -272,7 +272,7 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
     }
 }
 
-/// `dZ = dH [Z > 0] g`, `[B, C]`, one unit per element.
+/// `dZ = dH act'(Z) g`, `[B, C]`, one unit per element.
 fn masked_gradient<R: CubeRuntime, F: FloatElement>(
     z: CubeTensor<R>,
     dh: CubeTensor<R>,

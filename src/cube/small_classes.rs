@@ -236,7 +236,7 @@ fn launch_forward_planes<R: CubeRuntime, F: FloatElement, L: IntElement>(
     }
 }
 
-/// The logits alone: `H [B, C]`, in the forward's layouts and order (H is ReLU of the training
+/// The logits alone: `H [B, C]`, in the forward's layouts and order (H is the activation of the training
 /// forward's Z, bit for bit). The plane layout always runs 256-unit cubes here (no mean to
 /// write).
 pub(super) fn logits<R: CubeRuntime, F: FloatElement>(

@@ -4,7 +4,7 @@
 //! For each chunk of rows (in order, sized by [`chunk_rows`]):
 //! 1. `P = X[rows] W^T` into one chunk buffer `[rows, C]`;
 //! 2. one cube per row (`kernels::large_classes::chunks::chunk_rows`): `Z = P + b`,
-//!    `H = ReLU(Z)`, the row's loss, and `dZ = [Z > 0] (softmax(H) - onehot) / B` over P;
+//!    `H = act(Z)`, the row's loss, and `dZ = act'(Z) (softmax(H) - onehot) / B` over P;
 //! 3. `dX[rows] = dZ W`, `dW (+)= dZ^T X[rows]` and `db (+)= column_sum(dZ)`, for the wanted
 //!    gradients only; the first chunk writes, the next ones add, in chunk order.
 //!

@@ -2,7 +2,7 @@
 //! in place on the chunk's product `P = X[rows] W^T` (no [B, C] tensor exists on this path).
 //!
 //! - [`chunk_rows`]: per row, `Z = P + b`, `H = act(Z)`, the loss (the algebra of
-//!   [`crate::softmax_ce`]) and `dZ = [Z > 0] (softmax(H) - onehot) / B` written over P: the
+//!   [`crate::softmax_ce`]) and `dZ = act'(Z) (softmax(H) - onehot) / B` written over P: the
 //!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products.
 //! - [`chunk_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
 

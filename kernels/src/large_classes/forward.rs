@@ -10,7 +10,7 @@
 //! - [`bias_activation`] and [`bias_activation_in_place`]: bias and activation on a product already computed
 //!   (Burn's cubek TF32 matmul on the host side).
 //!
-//! Same outputs and the same per-element activation as stage 1 (ReLU); only the tiling (and so the FMA
+//! Same outputs and the same per-element activation as stage 1 (ReLU there); only the tiling (and so the FMA
 //! contraction) differs. Z (holding the product on entry of `bias_activation`) and H are [B, C]
 //! contiguous, b is [C].
 

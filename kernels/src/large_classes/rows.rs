@@ -26,7 +26,7 @@ pub fn softmax_cross_entropy_rows<F: Float, L: Int>(
     softmax_cross_entropy_row::<F, L>(h, labels, loss, dh, nan, cube_units);
 }
 
-/// `dZ = dH [Z > 0] g`, [B, C], one unit per element; g [1] is the upstream gradient.
+/// `dZ = dH act'(Z) g`, [B, C], one unit per element; g [1] is the upstream gradient.
 #[cube(launch_unchecked)]
 pub fn masked_gradient<F: Float>(
     z: &Tensor<F>,

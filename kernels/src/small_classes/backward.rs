@@ -10,7 +10,7 @@
 //! Layout: cube (t, p) owns a tile of vectors of columns and the rows of chunk p. Unit u of the
 //! cube owns the vector `t * U + u` (U units), keeps its C vectors of W in registers and
 //! accumulates its C vectors of dW partial sums over the chunk's rows; no unit ever sums
-//! across units. dZ = dH [Z > 0] g is computed once per row and shared through shared memory,
+//! across units. dZ = dH act'(Z) g is computed once per row and shared through shared memory,
 //! `stage_rows` rows at a time. Each unit loads X `group` rows at a time, the next group's
 //! loads issued before the current group's sums (loads in flight are what a memory-bound
 //! kernel lives on).

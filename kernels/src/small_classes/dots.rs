@@ -90,7 +90,7 @@ pub fn lane_partials<F: Float, N: Size>(
 }
 
 /// Row `r` of the plane's group: the plane sums of `acc` (from [`lane_partials`]) plus the
-/// bias into `zs` (Z), and their ReLU into `hs` (H), C values each, in every lane.
+/// bias into `zs` (Z), and their activation into `hs` (H), C values each, in every lane.
 #[cube]
 pub fn plane_logits<F: Float>(
     acc: &Array<F>,

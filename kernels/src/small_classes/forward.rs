@@ -63,7 +63,7 @@ pub fn forward_planes<F: Float, N: Size, L: Int>(
         let mut acc = Array::<F>::new(rows * classes);
         lane_partials::<F, N>(x, w, first, &mut acc, classes, rows, steps);
 
-        // 2. Per row: the plane's sums, bias, ReLU, then the softmax cross-entropy on C values
+        // 2. Per row: the plane's sums, bias, activation, then the softmax cross-entropy on C values
         //    in registers.
         #[unroll]
         for r in 0..rows {
@@ -144,7 +144,7 @@ pub fn forward_rows<F: Float, N: Size, L: Int>(
 
     let mut row_loss_here = F::new(0.0);
     if row < batch {
-        // 1. Bias and ReLU: Z written, H kept in `acc`.
+        // 1. Bias and activation: Z written, H kept in `acc`.
         #[unroll]
         for c in 0..classes {
             let pre = acc[c] + b[c];

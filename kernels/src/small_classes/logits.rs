@@ -3,7 +3,7 @@
 //!
 //! X [B, I], W [C, I], b [C]; writes H [B, C]. All contiguous; X and W are read as vectors of N
 //! elements (N divides I). The two layouts are the forward's ([`crate::small_classes::forward`])
-//! with the same dot products in the same order, so H here is ReLU of the training forward's
+//! with the same dot products in the same order, so H here is the activation of the training forward's
 //! Z, bit for bit. Every access is in bounds by construction, so the host launches these
 //! kernels without bound checks.
 
