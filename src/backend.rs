@@ -426,7 +426,9 @@ pub trait FusedHeadBackend: Backend {
         wanted: HeadWanted,
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
-        forward_then_backward::<Self>(x, weight, bias, labels, wanted, options)
+        let (loss, grads, _) =
+            forward_then_backward::<Self>([x, weight, bias], labels, wanted, options, false);
+        (loss, grads)
     }
 
     /// [`head_loss_and_gradients`](Self::head_loss_and_gradients), plus the predicted class of
@@ -446,7 +448,9 @@ pub trait FusedHeadBackend: Backend {
         wanted: HeadWanted,
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
-        forward_backward_predictions::<Self>(x, weight, bias, labels, wanted, options)
+        let (loss, grads, predictions) =
+            forward_then_backward::<Self>([x, weight, bias], labels, wanted, options, true);
+        (loss, grads, predictions.expect("predictions asked for"))
     }
 
     /// The loss `[1]` and the predicted class of each row `[B]`:
@@ -485,41 +489,21 @@ pub trait FusedHeadBackend: Backend {
     }
 }
 
-/// [`FusedHeadBackend::head_loss_and_gradients`]'s default: B's forward, then, if any gradient
-/// is wanted, B's backward with an upstream gradient of 1.
+/// The default of [`FusedHeadBackend::head_loss_and_gradients`] (without `predict`) and of
+/// [`FusedHeadBackend::head_loss_gradients_and_predictions`] (with it): B's forward, with
+/// `predict` the argmax of its Z's activation (stock ops), then, if any gradient is wanted,
+/// B's backward with an upstream gradient of 1.
 pub(crate) fn forward_then_backward<B: FusedHeadBackend>(
-    x: FloatTensor<B>,
-    weight: FloatTensor<B>,
-    bias: FloatTensor<B>,
+    [x, weight, bias]: [FloatTensor<B>; 3],
     labels: IntTensor<B>,
     wanted: HeadWanted,
     options: HeadOptions,
-) -> (FloatTensor<B>, HeadGradients<B>) {
-    if !wanted.any() {
-        let loss = B::head_forward(x, weight, bias, labels, options).loss;
-        return (loss, HeadGradients::none());
-    }
-    let fwd = B::head_forward(x.clone(), weight.clone(), bias, labels, options);
-    let loss = float::<B, 1>(fwd.loss); // [1]
-    let one = Tensor::<B, 1>::ones([1], (&loss.device(), loss.dtype())); // [1]
-    let grads = B::head_backward(x, weight, fwd.z, fwd.dh, prim(one), wanted, options);
-    (prim(loss), grads)
-}
-
-/// [`FusedHeadBackend::head_loss_gradients_and_predictions`]'s default: B's forward, the argmax
-/// of its Z's activation (stock ops), then, if any gradient is wanted, B's backward with an
-/// upstream gradient of 1.
-pub(crate) fn forward_backward_predictions<B: FusedHeadBackend>(
-    x: FloatTensor<B>,
-    weight: FloatTensor<B>,
-    bias: FloatTensor<B>,
-    labels: IntTensor<B>,
-    wanted: HeadWanted,
-    options: HeadOptions,
-) -> (FloatTensor<B>, HeadGradients<B>, IntTensor<B>) {
+    predict: bool,
+) -> (FloatTensor<B>, HeadGradients<B>, Option<IntTensor<B>>) {
     let dtype = labels.dtype();
     let fwd = B::head_forward(x.clone(), weight.clone(), bias, labels, options);
-    let predictions = predictions_of::<B>(fwd.z.clone(), options.activation, dtype);
+    let predictions =
+        predict.then(|| predictions_of::<B>(fwd.z.clone(), options.activation, dtype));
     if !wanted.any() {
         return (fwd.loss, HeadGradients::none(), predictions);
     }

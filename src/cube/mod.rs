@@ -32,7 +32,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use crate::backend::{
     FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadOptions, HeadWanted,
-    forward_backward_predictions, forward_then_backward,
+    forward_then_backward,
 };
 use crate::validate;
 use launch::{check, start_queued, tf32_available, use_tf32};
@@ -71,7 +71,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             Some((loss, grads, _)) => (loss, grads),
             None => {
                 let [x, weight, bias, labels] = inputs;
-                forward_then_backward::<Self>(x, weight, bias, labels, wanted, options)
+                let inputs = [x, weight, bias];
+                let (loss, grads, _) =
+                    forward_then_backward::<Self>(inputs, labels, wanted, options, false);
+                (loss, grads)
             }
         }
     }
@@ -92,7 +95,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             }
             None => {
                 let [x, weight, bias, labels] = inputs;
-                forward_backward_predictions::<Self>(x, weight, bias, labels, wanted, options)
+                let inputs = [x, weight, bias];
+                let (loss, grads, predictions) =
+                    forward_then_backward::<Self>(inputs, labels, wanted, options, true);
+                (loss, grads, predictions.expect("predictions asked for"))
             }
         }
     }
