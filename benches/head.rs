@@ -17,11 +17,13 @@
 //! and on the raw `CubeBackend` (fusion off), plus our op with `HeadPrecision::Tf32` on both
 //! where C > 32 (its floor counts the GEMMs at the TF32 tensor-core rate), and our op with
 //! `HeadActivation::Identity` (exact, and TF32 where C > 32) on the raw `CubeBackend`: the head
-//! without the ReLU, as Liger's and CCE's compute it.
+//! without the ReLU, as Liger's and CCE's compute it; and our op on bf16 tensors (`Cuda<bf16>`
+//! with the ReLU, and the identity on the raw `CubeBackend`; their floor counts the GEMMs at
+//! the BF16 rate and their floats as 2 bytes).
 //!
 //! Partial runs: `--ours-only` (our CUDA contenders, with their memory; stock Burn's autotune
 //! takes 1 to 2 minutes per shape and process), `--tf32-only` (our TF32 contenders, no memory
-//! column, a quick look while tuning) and
+//! column, a quick look while tuning), `--bf16-only` (likewise, the bf16 contenders) and
 //! `--shape B,I,C` (repeatable: those shapes only). A memory figure that could not be measured
 //! says why in its cell.
 //! `--logits`: the head's output alone (`linear_relu_logits`, exact and TF32) against stage 1's
@@ -48,6 +50,8 @@ const COPY_BYTES_PER_S: f64 = 4.3e12;
 const F32_FLOPS: f64 = 67e12;
 /// The H200's dense TF32 tensor-core rate (FLOP/s), the floor of the TF32 rows.
 const TF32_FLOPS: f64 = 494e12;
+/// The H200's dense BF16 tensor-core rate (FLOP/s), the floor of the bf16 rows.
+const BF16_FLOPS: f64 = 989e12;
 
 type Head<B> = fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1, Int>) -> Tensor<B, 1>;
 
@@ -100,7 +104,7 @@ fn bench<B: AutodiffBackend + FusedHeadBackend>(
     head: Head<B>,
     memory: &dyn Fn(bool) -> Result<Memory, String>,
 ) -> Row {
-    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let (x, w, b, labels) = data.tensors::<B>(device, float_dtype::<B>());
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
     let sync = || B::sync(device).unwrap();
     let step = || {
@@ -156,21 +160,35 @@ fn bench<B: AutodiffBackend + FusedHeadBackend>(
     }
 }
 
+/// The float dtype of backend `B`'s tensors here: its float element's (f32, or bf16 for the
+/// bf16 contenders).
+fn float_dtype<B: burn::tensor::backend::Backend>() -> DType {
+    <B::FloatElem as burn::tensor::Element>::dtype()
+}
+
 /// The floor of one step: bytes that must move (read X, W, b, labels; write dX, dW, db) at copy
 /// bandwidth, or the three GEMMs (6 B I C FLOPs) at f32 FMA rate, whichever is longer. In ms.
-/// TF32 rows (`tf32`) take the GEMMs at the TF32 tensor-core rate.
-fn floor_ms((b, i, c): (usize, usize, usize), tf32: bool) -> f64 {
-    let bytes = 4.0 * (2.0 * (b * i) as f64 + 2.0 * (c * i) as f64 + 2.0 * c as f64 + b as f64);
+/// TF32 rows take the GEMMs at the TF32 tensor-core rate, bf16 rows at the BF16 rate (and
+/// their floats are 2 bytes).
+fn floor_ms(shape: (usize, usize, usize), contender: &str) -> f64 {
+    let (b, i, c) = shape;
     let flops = 6.0 * (b * i * c) as f64;
-    let rate = if tf32 { TF32_FLOPS } else { F32_FLOPS };
-    (bytes / COPY_BYTES_PER_S).max(flops / rate) * 1e3
+    let rate = if contender.contains("TF32") {
+        TF32_FLOPS
+    } else if contender.contains("bf16") {
+        BF16_FLOPS
+    } else {
+        F32_FLOPS
+    };
+    (held_bytes(shape, contender) / COPY_BYTES_PER_S).max(flops / rate) * 1e3
 }
 
 /// The shape's name in every row: `b65536_i1024_c10`.
-/// Bytes of the inputs and the gradients of a step (f32, labels as i32): what every contender
-/// must hold, left out of the extra memory.
-fn held_bytes((b, i, c): (usize, usize, usize)) -> f64 {
-    4.0 * (2.0 * (b * i) as f64 + 2.0 * (c * i) as f64 + 2.0 * c as f64 + b as f64)
+/// Bytes of the inputs and the gradients of a step (floats of 4 bytes, 2 for the bf16
+/// contenders; labels as i32): what every contender must hold, left out of the extra memory.
+fn held_bytes((b, i, c): (usize, usize, usize), contender: &str) -> f64 {
+    let float = if contender.contains("bf16") { 2.0 } else { 4.0 };
+    float * 2.0 * ((b * i) as f64 + (c * i) as f64 + c as f64) + 4.0 * b as f64
 }
 
 fn shape_name((b, i, c): (usize, usize, usize)) -> String {
@@ -203,7 +221,7 @@ fn print_rows(rows: &[Row], on_h200: bool) {
                     && r.contender.ends_with(backend)
             })
             .map(|r| r.step.median);
-        let floor = floor_ms(row.shape, row.contender.contains("TF32"));
+        let floor = floor_ms(row.shape, &row.contender);
         let (floor_s, pct) = if on_h200 {
             (
                 format!("{floor:.4}"),
@@ -237,7 +255,8 @@ fn print_rows(rows: &[Row], on_h200: bool) {
                     } else {
                         0.0
                     };
-                    let extra = |bytes: u64| mib(bytes as f64 + workspace - held_bytes(row.shape));
+                    let held = held_bytes(row.shape, &row.contender);
+                    let extra = |bytes: u64| mib(bytes as f64 + workspace - held);
                     let live = match m.live {
                         0 => "-".to_string(),
                         bytes => format!("{:.1}", extra(bytes)),
@@ -258,7 +277,7 @@ fn print_rows(rows: &[Row], on_h200: bool) {
 /// `HeadPrecision::Tf32`) run where C > 32 only (below, the op runs exact whatever the
 /// precision).
 #[cfg(feature = "cuda")]
-const CUDA_CONTENDERS: [&str; 8] = [
+const CUDA_CONTENDERS: [&str; 10] = [
     "ours Cuda",
     "stock Cuda",
     "ours CubeBackend",
@@ -267,6 +286,8 @@ const CUDA_CONTENDERS: [&str; 8] = [
     "ours TF32 CubeBackend",
     "ours identity CubeBackend",
     "ours TF32 identity CubeBackend",
+    "ours bf16 Cuda",
+    "ours bf16 identity CubeBackend",
 ];
 
 /// Our op with `HeadPrecision::Tf32` where `TF32`, and `HeadActivation::Identity` (no ReLU:
@@ -308,11 +329,14 @@ struct Memory {
 #[cfg(feature = "cuda")]
 fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured {
     use burn::backend::{Autodiff, Cuda};
+    use burn::tensor::bf16;
     use burn_cubecl::CubeBackend;
     use cubecl::Runtime;
     use cubecl::cuda::CudaRuntime;
     type Fused = Autodiff<Cuda>;
     type Raw = Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>;
+    type FusedBf16 = Autodiff<Cuda<bf16>>;
+    type RawBf16 = Autodiff<CubeBackend<CudaRuntime, bf16, i32, u8>>;
     let device = burn::backend::cuda::CudaDevice::default();
     let name = CUDA_CONTENDERS[which];
     if memory_only {
@@ -340,6 +364,12 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
             6 => {
                 step_then_reserved(&|| one_step::<Raw>(&device, data, head_with::<_, false, true>))
             }
+            8 => step_then_reserved(&|| {
+                one_step::<FusedBf16>(&device, data, linear_relu_cross_entropy)
+            }),
+            9 => step_then_reserved(&|| {
+                one_step::<RawBf16>(&device, data, head_with::<_, false, true>)
+            }),
             _ => step_then_reserved(&|| one_step::<Raw>(&device, data, head_with::<_, true, true>)),
         });
     }
@@ -352,6 +382,8 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
         4 => bench::<Fused>(name, &device, data, head_with::<_, true, false>, none),
         5 => bench::<Raw>(name, &device, data, head_with::<_, true, false>, none),
         6 => bench::<Raw>(name, &device, data, head_with::<_, false, true>, none),
+        8 => bench::<FusedBf16>(name, &device, data, linear_relu_cross_entropy, none),
+        9 => bench::<RawBf16>(name, &device, data, head_with::<_, false, true>, none),
         _ => bench::<Raw>(name, &device, data, head_with::<_, true, true>, none),
     })
 }
@@ -363,7 +395,7 @@ fn one_step<B: AutodiffBackend + FusedHeadBackend>(
     data: &HeadData,
     head: Head<B>,
 ) {
-    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let (x, w, b, labels) = data.tensors::<B>(device, float_dtype::<B>());
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
     let loss = head(x.clone(), w.clone(), b.clone(), labels);
     let grads = loss.backward();
@@ -531,6 +563,7 @@ fn main() {
     // tuning (no memory).
     let ours_only = args.iter().any(|a| a == "--ours-only");
     let tf32_only = args.iter().any(|a| a == "--tf32-only");
+    let bf16_only = args.iter().any(|a| a == "--bf16-only");
     print_header("CUDA device 0 (Cuda = Fusion<CubeBackend>, CubeBackend = fusion off), f32");
     for shape in shapes {
         let data = HeadData::random(1, shape.0, shape.1, shape.2);
@@ -538,12 +571,13 @@ fn main() {
         let rows: Vec<Row> = (0..CUDA_CONTENDERS.len())
             .filter(|&which| !ours_only || CUDA_CONTENDERS[which].starts_with("ours"))
             .filter(|&which| !tf32_only || CUDA_CONTENDERS[which].contains("TF32"))
+            .filter(|&which| !bf16_only || CUDA_CONTENDERS[which].contains("bf16"))
             .filter(|&which| shape.2 > 32 || !CUDA_CONTENDERS[which].contains("TF32"))
             .map(|which| {
                 let Measured::Row(mut row) = cuda_contender(which, &data, false) else {
                     unreachable!("a timing run returns its row")
                 };
-                row.memory = if tf32_only {
+                row.memory = if tf32_only || bf16_only {
                     Err("quick look".to_string())
                 } else {
                     memory_in_fresh_process(which, shape)

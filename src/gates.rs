@@ -152,12 +152,12 @@ pub const TF32_OPERAND_ERROR: f64 = 1.0 / 1024.0;
 /// - dW, dX: the moved dZ through the exact other operand, plus the product's own rounding of
 ///   both operands: `dW_ci: sum_r D_rc |X_ri| + t sum_r (|dZ_rc| + D_rc) |X_ri|`, dX likewise
 ///   over W; db: `sum_r D_rc`.
-pub fn tf32_slack(data: &crate::reference::HeadData, grad: f64) -> Tf32Slack {
+pub fn tf32_slack(data: &crate::reference::HeadData, grad: f64) -> Slack {
     let (b, i, c) = (data.batch, data.inputs, data.classes);
     let t = 2.0 * TF32_OPERAND_ERROR + TF32_OPERAND_ERROR * TF32_OPERAND_ERROR;
     let x = |r: usize, k: usize| data.x[r * i + k] as f64;
     let w = |j: usize, k: usize| data.weight[j * i + k] as f64;
-    let mut slack = Tf32Slack {
+    let mut slack = Slack {
         loss: 0.0,
         dx: vec![0.0; b * i],
         dw: vec![0.0; c * i],
@@ -204,9 +204,108 @@ pub fn tf32_slack(data: &crate::reference::HeadData, grad: f64) -> Tf32Slack {
     slack
 }
 
-/// What [`tf32_slack`] allows, per element.
+/// The unit roundoff `u` and the largest absolute rounding error of a value below the normal
+/// range `eta` (half the smallest subnormal) of a half-precision dtype: bf16 keeps 8
+/// significant bits and f32's exponent range, f16 11 bits and exponents down to 2^-24.
+/// `None` for any other dtype.
+pub fn half_roundoff(dtype: DType) -> Option<(f64, f64)> {
+    match dtype {
+        DType::BF16 => Some((2f64.powi(-8), 2f64.powi(-134))),
+        DType::F16 => Some((2f64.powi(-11), 2f64.powi(-25))),
+        _ => None,
+    }
+}
+
+/// The allowance of the half-precision gate (bf16 or f16 tensors, `dtype`) per element of the
+/// loss and the gradients, for inputs `data` whose values are already of that type (the f64
+/// reference then sees the same numbers), upstream gradient `grad` and `activation`.
+///
+/// Derived from the format, with `u` and `eta` of [`half_roundoff`] (a value `v` rounds to
+/// within `u |v| + eta`). The products multiply half values, which is exact in f32, and
+/// accumulate in f32, as the exact path does; the loss, the softmax and dZ are f32: all of that
+/// is the seed's bound's. What the half type adds:
+/// - dZ is rounded before it is an operand of the dX and dW products (the native path's dZ
+///   copy; the f32 fallback's rounded `dH`): `e_rc = u |dZ_rc| + eta |g|`, and where the ReLU
+///   mask can flip (a `|Z_rc| <= eta` rounded to 0), `|dH_rc|` besides; through the exact
+///   other operand, `dX_ri: sum_c e_rc |W_ci|`, `dW_ci: sum_r e_rc |X_ri|`, and `db_c:
+///   sum_r e_rc` (the fallback sums the rounded dZ; the native path sums the f32 one);
+/// - each output is rounded to the type once, and once more where autodiff scales it by the
+///   upstream gradient: `(2u + u^2) (|ref| + moved) + 2 eta` on top of the moved amount; the
+///   loss, which autodiff does not scale: `u |loss| + eta`.
+pub fn half_slack(
+    data: &crate::reference::HeadData,
+    grad: f64,
+    dtype: DType,
+    activation: HeadActivation,
+) -> Slack {
+    let (u, eta) = half_roundoff(dtype).expect("a half-precision dtype");
+    let (b, i, c) = (data.batch, data.inputs, data.classes);
+    let x = |r: usize, k: usize| data.x[r * i + k] as f64;
+    let w = |j: usize, k: usize| data.weight[j * i + k] as f64;
+    let relu = activation == HeadActivation::Relu;
+    let scale = grad.abs() / b.max(1) as f64;
+    let mut moved = Slack {
+        loss: 0.0,
+        dx: vec![0.0; b * i],
+        dw: vec![0.0; c * i],
+        db: vec![0.0; c],
+    };
+    let mut exact = moved.clone();
+    let mut loss = 0.0;
+    for r in 0..b {
+        let z: Vec<f64> = (0..c)
+            .map(|j| (0..i).map(|k| x(r, k) * w(j, k)).sum::<f64>() + data.bias[j] as f64)
+            .collect();
+        let h: Vec<f64> = z
+            .iter()
+            .map(|&v| if relu { v.max(0.0) } else { v })
+            .collect();
+        let m = h.iter().cloned().fold(f64::MIN, f64::max);
+        let d: f64 = h.iter().map(|v| (v - m).exp()).sum();
+        let label = data.labels[r];
+        let target = usize::try_from(label).unwrap_or(0).min(c.saturating_sub(1));
+        loss += (d.ln() + m - h[target]) / b as f64;
+        for j in 0..c {
+            let p = (h[j] - m).exp() / d;
+            let onehot = if label == j as i64 { 1.0 } else { 0.0 };
+            let dh = scale * (p - onehot);
+            let dz = if !relu || z[j] > 0.0 { dh } else { 0.0 };
+            let flip = if relu && z[j].abs() <= eta {
+                dh.abs()
+            } else {
+                0.0
+            };
+            let e = u * dz.abs() + eta * grad.abs() + flip;
+            exact.db[j] += dz;
+            moved.db[j] += e;
+            for k in 0..i {
+                moved.dw[j * i + k] += e * x(r, k).abs();
+                moved.dx[r * i + k] += e * w(j, k).abs();
+                exact.dw[j * i + k] += dz * x(r, k);
+                exact.dx[r * i + k] += dz * w(j, k);
+            }
+        }
+    }
+    let rounded =
+        |exact: f64, moved: f64| moved + (2.0 * u + u * u) * (exact.abs() + moved) + 2.0 * eta;
+    let zip = |exact: &[f64], moved: &[f64]| -> Vec<f64> {
+        exact
+            .iter()
+            .zip(moved)
+            .map(|(&e, &m)| rounded(e, m))
+            .collect()
+    };
+    Slack {
+        loss: u * loss.abs() + eta,
+        dx: zip(&exact.dx, &moved.dx),
+        dw: zip(&exact.dw, &moved.dw),
+        db: zip(&exact.db, &moved.db),
+    }
+}
+
+/// What [`tf32_slack`] or [`half_slack`] allows, per element.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Tf32Slack {
+pub struct Slack {
     /// On the mean loss.
     pub loss: f64,
     /// On dX `[B, I]`.

@@ -76,6 +76,27 @@ impl HeadData {
         }
     }
 
+    /// The same inputs with X, W and b rounded to `dtype` (bf16 or f16, to nearest even), so
+    /// that a backend computing on that type and the f64 reference see the same numbers.
+    /// Other dtypes leave the values as they are.
+    pub fn rounded_to(&self, dtype: DType) -> Self {
+        let round = |v: &[f32]| -> Vec<f32> {
+            v.iter()
+                .map(|&v| match dtype {
+                    DType::BF16 => burn::tensor::bf16::from_f32(v).to_f32(),
+                    DType::F16 => burn::tensor::f16::from_f32(v).to_f32(),
+                    _ => v,
+                })
+                .collect()
+        };
+        Self {
+            x: round(&self.x),
+            weight: round(&self.weight),
+            bias: round(&self.bias),
+            ..self.clone()
+        }
+    }
+
     /// The four tensors on `device`, floats in `float_dtype`, labels in the backend's int dtype.
     pub fn tensors<B: Backend>(
         &self,

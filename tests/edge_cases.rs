@@ -100,18 +100,19 @@ on_backend!(
     }
 );
 
-/// An unsupported dtype on the kernels' backends is refused with the supported list.
+/// An unsupported dtype on the kernels' backends is refused with the supported list (f64: the
+/// kernels would have to drop its precision).
 #[cfg(feature = "cuda")]
 #[test]
-fn cuda_refuses_f16() {
+fn cuda_refuses_f64() {
     let device = burn::backend::cuda::CudaDevice::default();
     let msg = panic_message(move || {
         let data = HeadData::random(73, 3, 4, 2);
-        let (x, w, b, labels) = data.tensors::<burn::backend::Cuda>(&device, DType::F16);
+        let (x, w, b, labels) = data.tensors::<burn::backend::Cuda>(&device, DType::F64);
         linear_relu_cross_entropy(x, w, b, labels);
     });
     assert!(
-        msg.contains("dtype F16 is not supported") && msg.contains("F32"),
+        msg.contains("dtype F64 is not supported") && msg.contains("F32, BF16, F16"),
         "{msg}"
     );
 }

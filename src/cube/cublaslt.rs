@@ -28,12 +28,24 @@ pub(super) const WORKSPACE_BYTES: usize = 32 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Element {
     F32,
+    Bf16,
+    F16,
 }
 
 impl Element {
     fn cuda(self) -> sys::cudaDataType {
         match self {
             Element::F32 => sys::cudaDataType::CUDA_R_32F,
+            Element::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+            Element::F16 => sys::cudaDataType::CUDA_R_16F,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Element::F32 => 4,
+            Element::Bf16 | Element::F16 => 2,
         }
     }
 }
@@ -55,10 +67,22 @@ pub(super) struct Gemm {
     /// D's element type.
     pub output: Element,
     /// TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`) for f32 operands; else f32 FMA.
+    /// Half operands always accumulate in f32 (`CUBLAS_COMPUTE_32F`), on tensor cores.
     pub tf32: bool,
 }
 
 impl Gemm {
+    /// The same product on operands of type `operands` with its output of type `output`
+    /// (accumulated in f32 whatever the types).
+    pub fn typed(self, operands: Element, output: Element) -> Self {
+        Self {
+            operands,
+            output,
+            tf32: self.tf32 && operands == Element::F32,
+            ..self
+        }
+    }
+
     /// `P [rows, C] = X [rows, I] W^T` with W stored `[C, I]`, all row-major.
     pub fn logits(rows: usize, inputs: usize, classes: usize, tf32: bool) -> Self {
         // Column-major: P^T [C, rows] = (W as [I, C])^T (X as [I, rows]).

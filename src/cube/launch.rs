@@ -18,25 +18,17 @@ use crate::validate;
 /// covered by a strided loop.
 pub(super) const CUBE_UNITS: u32 = 256;
 
-/// What the kernels accept: f32 only (the gates are f32 gates), and 32-bit addressing.
+/// What the kernels accept: f32, and bf16 and f16 (see [`super::half`]); 32-bit addressing.
 pub(super) const LIMITS: HeadLimits = HeadLimits {
-    float_dtypes: Some(&[DType::F32]),
+    float_dtypes: Some(&[DType::F32, DType::BF16, DType::F16]),
     max_elements: u32::MAX as usize,
 };
 
-/// Every float input is F (the kernels are compiled for F), on one device, of a dtype and a
-/// size the kernels run.
-pub(super) fn check<R: CubeRuntime, F: FloatElement>(op: &str, tensors: &[&CubeTensor<R>]) {
+/// Every float input has one supported dtype, all are on one device, and each has a size the
+/// kernels address. (Which kernels run for the dtype is the dispatch's choice, `super::as_is`.)
+pub(super) fn check<R: CubeRuntime>(op: &str, tensors: &[&CubeTensor<R>]) {
     let dtypes: Vec<DType> = tensors.iter().map(|t| t.dtype).collect();
     validate::float_dtypes(op, &LIMITS, &dtypes);
-    if dtypes[0] != F::dtype() {
-        panic!(
-            "=== burn-fused-head error ===\n  Operation: '{op}'\n  Reason: tensors of dtype {:?} on a backend \
-             whose float is {:?}",
-            dtypes[0],
-            F::dtype()
-        );
-    }
     for t in &tensors[1..] {
         tensors[0].assert_is_on_same_device(t);
     }
@@ -64,9 +56,30 @@ pub(super) fn empty<R: CubeRuntime>(
     like: &CubeTensor<R>,
     shape: impl Into<Shape>,
 ) -> CubeTensor<R> {
+    empty_of(like, shape, like.dtype)
+}
+
+/// A new contiguous tensor of `shape` and `dtype` on `like`'s device.
+pub(super) fn empty_of<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    shape: impl Into<Shape>,
+    dtype: DType,
+) -> CubeTensor<R> {
     let shape = shape.into();
     validate::element_counts("allocate", &LIMITS, &[("an output", shape.num_elements())]);
-    empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), shape, like.dtype)
+    empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), shape, dtype)
+}
+
+/// `t` converted to `dtype` (itself where it has that dtype); without a kernel where it has no
+/// element, as [`contiguous`].
+pub(super) fn cast<R: CubeRuntime>(t: CubeTensor<R>, dtype: DType) -> CubeTensor<R> {
+    if t.dtype == dtype {
+        t
+    } else if t.shape().num_elements() == 0 {
+        empty_of(&t, t.shape(), dtype)
+    } else {
+        burn_cubecl::kernel::cast(t, dtype)
+    }
 }
 
 /// Geometry of a one-unit-per-element kernel over `n` elements, or `None` when there is no work.

@@ -19,14 +19,15 @@
 mod cubek_tf32;
 #[cfg(feature = "cuda")]
 mod cublaslt;
+mod half;
 mod large_classes;
 mod launch;
 mod reference;
 mod small_classes;
 pub(crate) mod streamed;
 
-use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{DType, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
@@ -35,12 +36,40 @@ use crate::backend::{
     forward_then_backward,
 };
 use crate::validate;
-use launch::{check, start_queued, tf32_available, use_tf32};
+use half::{Full, up};
+use launch::{cast, check, start_queued, tf32_available, use_tf32};
 
 /// Up to this many classes, the fused small-C kernels run; above, the tiled ones. Invariant:
 /// the small-C kernels keep C values per row (and 2 C N per unit in the backward) in unrolled
 /// register arrays, and their shared memory is sized for C <= 32 (16 KiB of dZ stages).
 const SMALL_CLASSES: usize = 32;
+
+/// Whether the kernels take tensors of `dtypes` as compiled for the backend's float `F`: f32
+/// tensors on an f32 backend. Otherwise the method goes through [`half`]. Refuses mixed or
+/// unsupported dtypes first.
+fn as_is<F: FloatElement>(op: &str, dtypes: &[DType]) -> bool {
+    validate::float_dtypes(op, &launch::LIMITS, dtypes);
+    F::dtype() == DType::F32 && dtypes[0] == DType::F32
+}
+
+/// The streamed step on bf16 or f16 inputs, natively where cuBLASLt runs it and C > 32; else
+/// the f32 impl on the inputs as f32 ([`half::loss_and_gradients`]). Also f32 inputs on a
+/// backend whose float is not f32.
+fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: &str,
+    inputs: [CubeTensor<R>; 4],
+    wanted: HeadWanted,
+    options: HeadOptions,
+    predict: bool,
+) -> streamed::LossAndGradients<R, F, I, BT> {
+    if inputs[0].dtype != DType::F32
+        && streamed::half_available(&inputs[0])
+        && let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, predict)
+    {
+        return out;
+    }
+    half::loss_and_gradients::<R, F, I, BT>(inputs, wanted, options, predict)
+}
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadBackend
     for CubeBackend<R, F, I, BT>
@@ -67,6 +96,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
         let op = "head_loss_and_gradients";
         let inputs = [x, weight, bias, labels];
+        if !as_is::<F>(op, &[inputs[0].dtype, inputs[1].dtype, inputs[2].dtype]) {
+            let (loss, grads, _) = other_dtype_step(op, inputs, wanted, options, false);
+            return (loss, grads);
+        }
         match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, false) {
             Some((loss, grads, _)) => (loss, grads),
             None => {
@@ -89,6 +122,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
     ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
         let op = "head_loss_gradients_and_predictions";
         let inputs = [x, weight, bias, labels];
+        if !as_is::<F>(op, &[inputs[0].dtype, inputs[1].dtype, inputs[2].dtype]) {
+            let (loss, grads, predictions) = other_dtype_step(op, inputs, wanted, options, true);
+            return (loss, grads, predictions.expect("predictions asked for"));
+        }
         match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, true) {
             Some((loss, grads, predictions)) => {
                 (loss, grads, predictions.expect("predictions asked for"))
@@ -108,6 +145,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        if !as_is::<F>("linear_relu_forward", &[x.dtype, weight.dtype, bias.dtype]) {
+            let dtype = x.dtype;
+            let (z, h) = Full::<R, I, BT>::head_linear_relu_forward(up(x), up(weight), up(bias));
+            return (cast(z, dtype), cast(h, dtype));
+        }
         reference::linear_relu_forward::<R, F>(x, weight, bias)
     }
 
@@ -115,6 +157,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         h: FloatTensor<Self>,
         labels: IntTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        if !as_is::<F>("softmax_cross_entropy", &[h.dtype]) {
+            let dtype = h.dtype;
+            let (loss_rows, dh) = Full::<R, I, BT>::head_softmax_cross_entropy(up(h), labels);
+            return (cast(loss_rows, dtype), cast(dh, dtype));
+        }
         reference::softmax_cross_entropy::<R, F>(h, labels)
     }
 
@@ -123,22 +170,46 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
+        if !as_is::<F>("relu_backward", &[z.dtype, dh.dtype, grad_loss.dtype]) {
+            let dtype = z.dtype;
+            let dz = Full::<R, I, BT>::head_relu_backward(up(z), up(dh), up(grad_loss));
+            return cast(dz, dtype);
+        }
         reference::relu_backward::<R, F>(z, dh, grad_loss)
     }
 
     fn head_weight_gradient(dz: FloatTensor<Self>, x: FloatTensor<Self>) -> FloatTensor<Self> {
+        if !as_is::<F>("weight_gradient", &[dz.dtype, x.dtype]) {
+            let dtype = dz.dtype;
+            return cast(Full::<R, I, BT>::head_weight_gradient(up(dz), up(x)), dtype);
+        }
         reference::weight_gradient::<R, F>(dz, x)
     }
 
     fn head_bias_gradient(dz: FloatTensor<Self>) -> FloatTensor<Self> {
+        if !as_is::<F>("bias_gradient", &[dz.dtype]) {
+            let dtype = dz.dtype;
+            return cast(Full::<R, I, BT>::head_bias_gradient(up(dz)), dtype);
+        }
         reference::bias_gradient::<R, F>(dz)
     }
 
     fn head_input_gradient(dz: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        if !as_is::<F>("input_gradient", &[dz.dtype, weight.dtype]) {
+            let dtype = dz.dtype;
+            return cast(
+                Full::<R, I, BT>::head_input_gradient(up(dz), up(weight)),
+                dtype,
+            );
+        }
         reference::input_gradient::<R, F>(dz, weight)
     }
 
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
+        if !as_is::<F>("mean_loss", &[loss_rows.dtype]) {
+            let dtype = loss_rows.dtype;
+            return cast(Full::<R, I, BT>::head_mean_loss(up(loss_rows)), dtype);
+        }
         reference::mean_loss::<R, F>(loss_rows)
     }
 
@@ -149,7 +220,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         options: HeadOptions,
     ) -> FloatTensor<Self> {
         let op = "head_logits";
-        check::<R, F>(op, &[&x, &weight, &bias]);
+        if !as_is::<F>(op, &[x.dtype, weight.dtype, bias.dtype]) {
+            let dtype = x.dtype;
+            let h = Full::<R, I, BT>::head_logits(up(x), up(weight), up(bias), options);
+            return cast(h, dtype);
+        }
+        check::<R>(op, &[&x, &weight, &bias]);
         let (_batch, _inputs, classes) =
             validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
         let h = if classes > SMALL_CLASSES {
@@ -170,7 +246,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         options: HeadOptions,
     ) -> HeadForward<Self> {
         let op = "head_forward";
-        let (_batch, _inputs, classes) = check_with_labels::<R, F>(op, &x, &weight, &bias, &labels);
+        if !as_is::<F>(op, &[x.dtype, weight.dtype, bias.dtype]) {
+            return half::forward::<R, F, I, BT>(x, weight, bias, labels, options);
+        }
+        let (_batch, _inputs, classes) = check_with_labels::<R>(op, &x, &weight, &bias, &labels);
         let (loss, z, dh) = if classes > SMALL_CLASSES {
             let tf32 = use_tf32(options.precision, &x);
             large_classes::forward::<R, F>(op, x, weight, bias, labels, tf32, options.relu())
@@ -191,7 +270,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         options: HeadOptions,
     ) -> HeadGradients<Self> {
         let op = "head_backward";
-        check::<R, F>(op, &[&x, &weight, &z, &dh, &grad_loss]);
+        let dtypes = [x.dtype, weight.dtype, z.dtype, dh.dtype, grad_loss.dtype];
+        if !as_is::<F>(op, &dtypes) {
+            return half::backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, options);
+        }
+        check::<R>(op, &[&x, &weight, &z, &dh, &grad_loss]);
         let [batch, _inputs] = validate::rank2(op, "X [B, I]", &x.shape());
         let [classes, _] = validate::rank2(op, "W [C, I]", &weight.shape());
         validate::same_dim(
@@ -233,7 +316,7 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     predict: bool,
 ) -> Option<streamed::LossAndGradients<R, F, I, BT>> {
     let [x, weight, bias, labels] = inputs;
-    let (batch, inputs_dim, classes) = check_with_labels::<R, F>(op, x, weight, bias, labels);
+    let (batch, inputs_dim, classes) = check_with_labels::<R>(op, x, weight, bias, labels);
     if classes <= SMALL_CLASSES || batch == 0 || inputs_dim == 0 {
         return None;
     }
@@ -253,14 +336,14 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
 
 /// The checks of an op on X, W, b and the labels, before anything runs: dtypes, devices,
 /// sizes and shapes (labels `[B]`). Returns `(B, I, C)`.
-fn check_with_labels<R: CubeRuntime, F: FloatElement>(
+fn check_with_labels<R: CubeRuntime>(
     op: &str,
     x: &CubeTensor<R>,
     weight: &CubeTensor<R>,
     bias: &CubeTensor<R>,
     labels: &CubeTensor<R>,
 ) -> (usize, usize, usize) {
-    check::<R, F>(op, &[x, weight, bias]);
+    check::<R>(op, &[x, weight, bias]);
     x.assert_is_on_same_device(labels);
     let dims = validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
     validate::same_dim(

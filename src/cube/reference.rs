@@ -24,7 +24,7 @@ pub(super) fn linear_relu_forward<R: CubeRuntime, F: FloatElement>(
     bias: CubeTensor<R>,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let op = "linear_relu_forward";
-    check::<R, F>(op, &[&x, &weight, &bias]);
+    check::<R>(op, &[&x, &weight, &bias]);
     let (batch, _inputs, classes) =
         validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
     let (x, weight, bias) = (contiguous(x), contiguous(weight), contiguous(bias));
@@ -51,7 +51,7 @@ pub(super) fn softmax_cross_entropy<R: CubeRuntime, F: FloatElement>(
     labels: CubeTensor<R>,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let op = "softmax_cross_entropy";
-    check::<R, F>(op, &[&h]);
+    check::<R>(op, &[&h]);
     h.assert_is_on_same_device(&labels);
     let [batch, classes] = validate::rank2(op, "H [B, C]", &h.shape());
     validate::same_dim(
@@ -102,7 +102,7 @@ pub(super) fn relu_backward<R: CubeRuntime, F: FloatElement>(
     grad_loss: CubeTensor<R>,
 ) -> CubeTensor<R> {
     let op = "relu_backward";
-    check::<R, F>(op, &[&z, &dh, &grad_loss]);
+    check::<R>(op, &[&z, &dh, &grad_loss]);
     validate::same_shape(op, "Z", &z.shape(), "dH", &dh.shape());
     validate::same_shape(
         op,
@@ -134,7 +134,7 @@ pub(super) fn weight_gradient<R: CubeRuntime, F: FloatElement>(
     x: CubeTensor<R>,
 ) -> CubeTensor<R> {
     let op = "weight_gradient";
-    check::<R, F>(op, &[&dz, &x]);
+    check::<R>(op, &[&dz, &x]);
     let [_batch, classes] = validate::rank2(op, "dZ [B, C]", &dz.shape());
     let [_, inputs] = validate::rank2(op, "X [B, I]", &x.shape());
     validate::same_dim(
@@ -162,7 +162,7 @@ pub(super) fn weight_gradient<R: CubeRuntime, F: FloatElement>(
 /// Stage 5: `db = column_sum(dZ)`, `[C]`; one cube per class.
 pub(super) fn bias_gradient<R: CubeRuntime, F: FloatElement>(dz: CubeTensor<R>) -> CubeTensor<R> {
     let op = "bias_gradient";
-    check::<R, F>(op, &[&dz]);
+    check::<R>(op, &[&dz]);
     let [_batch, classes] = validate::rank2(op, "dZ [B, C]", &dz.shape());
     let dz = contiguous(dz);
     let db = empty::<R>(&dz, [classes]); // [C]
@@ -187,7 +187,7 @@ pub(super) fn input_gradient<R: CubeRuntime, F: FloatElement>(
     weight: CubeTensor<R>,
 ) -> CubeTensor<R> {
     let op = "input_gradient";
-    check::<R, F>(op, &[&dz, &weight]);
+    check::<R>(op, &[&dz, &weight]);
     let [batch, _classes] = validate::rank2(op, "dZ [B, C]", &dz.shape());
     let [_, inputs] = validate::rank2(op, "W [C, I]", &weight.shape());
     validate::same_dim(
@@ -216,7 +216,7 @@ pub(super) fn input_gradient<R: CubeRuntime, F: FloatElement>(
 pub(super) fn mean_loss<R: CubeRuntime, F: FloatElement>(
     loss_rows: CubeTensor<R>,
 ) -> CubeTensor<R> {
-    check::<R, F>("mean_loss", &[&loss_rows]);
+    check::<R>("mean_loss", &[&loss_rows]);
     let batch = loss_rows.shape()[0];
     mean_of_parts::<R, F>(contiguous(loss_rows), batch)
 }

@@ -17,6 +17,13 @@
 //! crate's CubeCL kernels (the tiled exact product, or TF32 tensor cores with `tf32`). The row
 //! and column kernels are CubeCL everywhere.
 //!
+//! Half-precision inputs (bf16, f16) run here on cuBLASLt only ([`half_available`]): the
+//! products take the inputs' type as operands and accumulate in f32; P, the loss, the
+//! softmax, dW and db are f32; the row kernel also writes dZ rounded to the inputs' type (a
+//! second chunk buffer, half the size of P), the operand of the dX and dW products. dX comes
+//! out of its product in the inputs' type; dW and db are accumulated in f32 and rounded once
+//! at the end, as is the loss.
+//!
 //! Memory beyond the inputs and the gradients: the chunk buffer (at most [`CHUNK_ELEMENTS`]
 //! floats, 192 MiB; [`LARGE_CHUNK_ELEMENTS`], 384 MiB, from C = 65536; one row of C floats
 //! where C alone exceeds that), the per-row losses
@@ -27,7 +34,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use burn::tensor::ops::FloatTensorOps;
-use burn::tensor::{Slice, TensorMetadata};
+use burn::tensor::{DType, Slice, TensorMetadata, bf16, f16};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fused_head_kernels::large_classes::chunks as kernels;
@@ -36,7 +43,7 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::cubek_tf32::Product;
 use super::large_classes::tiled_matmul;
-use super::launch::{CUBE_UNITS, by_label_type, contiguous, empty, mean_of_parts};
+use super::launch::{CUBE_UNITS, by_label_type, cast, contiguous, empty, empty_of, mean_of_parts};
 use crate::backend::{HeadGradients, HeadWanted};
 
 /// Elements of the chunk buffer `[rows, C]` at most below [`LARGE_VOCABULARY`] classes.
@@ -97,9 +104,23 @@ pub(super) type LossAndGradients<R, F, I, BT> = (
     Option<CubeTensor<R>>,
 );
 
+/// Whether half-precision inputs like `x` run on this path: on CUDA where cuBLASLt loads.
+pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::available(x)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = x;
+        false
+    }
+}
+
 /// The loss `[1]` and the wanted gradients for a unit upstream gradient, chunk by chunk, and
 /// with `predict` the predicted class of each row (`[B]`, the labels' dtype). X, W, b and the
-/// labels are checked by the caller; B > 0 and I > 0.
+/// labels are checked by the caller; B > 0 and I > 0. The float inputs are f32 (then `F` is
+/// f32), or bf16 or f16 where [`half_available`] says so.
 pub(super) fn loss_and_gradients<
     R: CubeRuntime,
     F: FloatElement,
@@ -122,15 +143,26 @@ pub(super) fn loss_and_gradients<
     let [batch, inputs] = [x.shape()[0], x.shape()[1]];
     let classes = weight.shape()[0];
     let rows = chunk_rows(batch, classes);
-    let loss_rows = empty::<R>(&x, [batch]); // [B]
+    let dtype = x.dtype;
+    let half = dtype != DType::F32;
+    let sums = DType::F32;
+    let loss_rows = empty_of::<R>(&x, [batch], sums); // [B]
     // [B] of the labels' dtype, or one element the row kernel never writes.
     let predictions = empty::<R>(&labels, [if predict { batch } else { 1 }]);
+    // dZ in the inputs' half type [rows, C], or one element the row kernel never writes.
+    let dz_half = empty::<R>(&x, [if half { rows * classes } else { 1 }]);
     let mut grads = Grads {
         x: wanted.x.then(|| empty::<R>(&x, [batch, inputs])), // [B, I]
-        weight: wanted.weight.then(|| empty::<R>(&x, [classes, inputs])), // [C, I]
-        bias: wanted.bias.then(|| empty::<R>(&x, [classes])), // [C]
+        weight: wanted
+            .weight
+            .then(|| empty_of::<R>(&x, [classes, inputs], sums)), // [C, I]
+        bias: wanted.bias.then(|| empty_of::<R>(&x, [classes], sums)), // [C]
     };
-    let launch_rows = by_label_type!(op, labels.dtype, launch_chunk_rows::<R, F>);
+    let launch_rows = match dtype {
+        DType::BF16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16>),
+        DType::F16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, f16>),
+        _ => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, f32>),
+    };
     let chunk = Chunk {
         x: &x,
         weight: &weight,
@@ -139,6 +171,8 @@ pub(super) fn loss_and_gradients<
         loss_rows: &loss_rows,
         predictions: &predictions,
         predict,
+        dz_half: &dz_half,
+        half,
         launch_rows,
         batch,
         tf32,
@@ -149,18 +183,23 @@ pub(super) fn loss_and_gradients<
     let done = cuda::run::<R>(&chunk, rows, &mut grads);
     #[cfg(not(feature = "cuda"))]
     let done = false;
+    assert!(
+        done || !half,
+        "half-precision inputs on the streamed path without cuBLASLt"
+    );
     if !done {
         for first in (0..batch).step_by(rows) {
             chunk.on_cubecl::<F, I, BT>(first, rows.min(batch - first), &mut grads);
         }
     }
-    let loss = mean_of_parts::<R, F>(loss_rows, batch);
+    // f32 sums rounded once to the inputs' type (nothing done for f32 inputs).
+    let loss = cast(mean_of_parts::<R, f32>(loss_rows, batch), dtype);
     (
         loss,
         HeadGradients {
             x: grads.x,
-            weight: grads.weight,
-            bias: grads.bias,
+            weight: grads.weight.map(|t| cast(t, dtype)),
+            bias: grads.bias.map(|t| cast(t, dtype)),
         },
         predict.then_some(predictions),
     )
@@ -184,6 +223,11 @@ struct Chunk<'a, R: CubeRuntime> {
     /// `[B]` of the labels' dtype where `predict`, else one element never written.
     predictions: &'a CubeTensor<R>,
     predict: bool,
+    /// With `half`, a chunk's dZ rounded to the inputs' type (`[rows, C]` elements), else one
+    /// element never written.
+    dz_half: &'a CubeTensor<R>,
+    /// Half-precision inputs (bf16 or f16): P and the sums are f32.
+    half: bool,
     launch_rows: RowsLaunch<R>,
     batch: usize,
     tf32: bool,
@@ -267,17 +311,19 @@ impl<R: CubeRuntime> Chunk<'_, R> {
     }
 }
 
-/// [`Chunk::rows_and_bias`]'s row kernel for labels of type `L`.
-fn launch_chunk_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
+/// [`Chunk::rows_and_bias`]'s row kernel for inputs of type `E` (P is f32) and labels of type
+/// `L`.
+fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     p: &CubeTensor<R>,
     chunk: &Chunk<'_, R>,
     first: usize,
 ) {
     let count = cube_count(p, p.shape()[0]);
     // SAFETY: the kernel guards every access by P's shape; P [n, C] (made by this path), b and
-    // the labels are contiguous; rows first..first + n of the labels and the losses exist.
+    // the labels are contiguous; rows first..first + n of the labels and the losses exist;
+    // with `half`, dz_half holds n x C elements.
     unsafe {
-        kernels::chunk_rows::launch_unchecked::<F, L, R>(
+        kernels::chunk_rows::launch_unchecked::<f32, E, L, R>(
             &p.client,
             count,
             CubeDim::new_1d(CUBE_UNITS),
@@ -286,12 +332,14 @@ fn launch_chunk_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
             chunk.labels.clone().into_tensor_arg(),
             chunk.loss_rows.clone().into_tensor_arg(),
             chunk.predictions.clone().into_tensor_arg(),
+            chunk.dz_half.clone().into_tensor_arg(),
             first,
             chunk.batch,
             f32::NAN,
             CUBE_UNITS as usize,
             chunk.relu,
             chunk.predict,
+            chunk.half,
         );
     }
 }
@@ -327,14 +375,30 @@ fn cube_count<R: CubeRuntime>(like: &CubeTensor<R>, n: usize) -> CubeCount {
 mod cuda {
     use std::any::Any;
 
-    use burn::tensor::TensorMetadata;
+    use burn::tensor::{DType, TensorMetadata};
     use burn_cubecl::CubeRuntime;
     use burn_cubecl::tensor::CubeTensor;
     use cubecl::cuda::CudaRuntime;
 
-    use super::super::cublaslt::{self, Gemm};
-    use super::super::launch::empty;
+    use super::super::cublaslt::{self, Element, Gemm};
+    use super::super::launch::empty_of;
     use super::{Chunk, Grads};
+
+    /// Whether `x` is a CUDA tensor whose device loads cuBLASLt.
+    pub(super) fn available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
+        (x as &dyn Any)
+            .downcast_ref::<CubeTensor<CudaRuntime>>()
+            .is_some_and(|x| cublaslt::engine(x.device.index).is_some())
+    }
+
+    /// The product element of `dtype`.
+    fn element(dtype: DType) -> Element {
+        match dtype {
+            DType::BF16 => Element::Bf16,
+            DType::F16 => Element::F16,
+            _ => Element::F32,
+        }
+    }
 
     /// Every chunk on cuBLASLt; false (nothing done) where `R` is not CUDA or cuBLASLt does not
     /// load on the device.
@@ -359,9 +423,19 @@ mod cuda {
         let [batch, inputs] = [chunk.batch, chunk.x.shape()[1]];
         let classes = chunk.weight.shape()[0];
         let tf32 = chunk.tf32;
-        let buffer = empty::<R>(chunk.x, [rows, classes]); // [rows, C], every chunk's P
+        // X's, W's and dX's type (dZ's too, as an operand); P, dW and db are f32.
+        let operand = element(chunk.x.dtype);
+        let sums = Element::F32;
+        let size = operand.bytes();
+        let buffer = empty_of::<R>(chunk.x, [rows, classes], DType::F32); // [rows, C], every chunk's P
         let ptr = |t: &CubeTensor<R>| pointer(t);
         let (x_ptr, w_ptr, p_ptr) = (ptr(chunk.x), ptr(chunk.weight), ptr(&buffer));
+        // dZ as the dX and dW products' operand: P itself, or its copy in the inputs' type.
+        let dz_ptr = if chunk.half {
+            ptr(chunk.dz_half)
+        } else {
+            p_ptr
+        };
         let dx_ptr = grads.x.as_ref().map(ptr);
         let dw_ptr = grads.weight.as_ref().map(ptr);
         // db as the product dZ^T 1: a vector of `rows` ones.
@@ -375,7 +449,6 @@ mod cuda {
         });
         let db_ptr = grads.bias.as_ref().map(ptr);
         let ones_ptr = ones.as_ref().map(ptr);
-        const FLOAT: u64 = size_of::<f32>() as u64;
 
         // The previous chunk's (first, n), whose dZ is in the buffer.
         let mut previous: Option<(usize, usize)> = None;
@@ -388,9 +461,10 @@ mod cuda {
                 // them until the engine's stream is synchronised below.
                 unsafe {
                     if let Some(dx) = dx_ptr {
-                        let gemm = Gemm::input_gradient(n, inputs, classes, tf32);
-                        let dx_rows = dx + (prev * inputs) as u64 * FLOAT;
-                        engine.run(gemm, w_ptr, p_ptr, dx_rows, 0.0);
+                        let gemm =
+                            Gemm::input_gradient(n, inputs, classes, tf32).typed(operand, operand);
+                        let dx_rows = dx + (prev * inputs) as u64 * size;
+                        engine.run(gemm, w_ptr, dz_ptr, dx_rows, 0.0);
                     }
                     if let (Some(db), Some(ones)) = (db_ptr, ones_ptr) {
                         let gemm = Gemm::bias_gradient(n, classes);
@@ -398,10 +472,11 @@ mod cuda {
                         engine.run(gemm, p_ptr, ones, db, beta);
                     }
                     if let Some(dw) = dw_ptr {
-                        let gemm = Gemm::weight_gradient(n, inputs, classes, tf32);
-                        let x_rows = x_ptr + (prev * inputs) as u64 * FLOAT;
+                        let gemm =
+                            Gemm::weight_gradient(n, inputs, classes, tf32).typed(operand, sums);
+                        let x_rows = x_ptr + (prev * inputs) as u64 * size;
                         let beta = if prev == 0 { 0.0 } else { 1.0 };
-                        engine.run(gemm, x_rows, p_ptr, dw, beta);
+                        engine.run(gemm, x_rows, dz_ptr, dw, beta);
                     }
                 }
             }
@@ -409,8 +484,8 @@ mod cuda {
                 let n = rows.min(batch - first);
                 // SAFETY: as above; P's first n rows are written.
                 unsafe {
-                    let gemm = Gemm::logits(n, inputs, classes, tf32);
-                    let x_rows = x_ptr + (first * inputs) as u64 * FLOAT;
+                    let gemm = Gemm::logits(n, inputs, classes, tf32).typed(operand, sums);
+                    let x_rows = x_ptr + (first * inputs) as u64 * size;
                     engine.run(gemm, w_ptr, x_rows, p_ptr, 0.0);
                 }
                 engine.synchronize();

@@ -3,7 +3,9 @@
 //!
 //! - [`chunk_rows`]: per row, `Z = P + b`, `H = act(Z)`, the loss (the algebra of
 //!   [`crate::softmax_ce`]) and `dZ = act'(Z) (softmax(H) - onehot) / B` written over P: the
-//!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products.
+//!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products. With
+//!   half-precision inputs, P is f32 and dZ is also written rounded to the inputs' type, the
+//!   operand those products take.
 //! - [`chunk_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
 
 use cubecl::{cube, prelude::*};
@@ -21,23 +23,29 @@ use crate::softmax_ce::{checked_label, row_grad, row_loss};
 /// In place: the row is read twice (maximum, sum) before any unit writes, and the label's value
 /// is read before the second tree, whose barriers every unit passes before writing.
 ///
+/// With `half`, `bias` and `dz_half` [n, C] are of the inputs' half type `E`, P is f32 (`F`),
+/// and each dZ is also written rounded to `E` into `dz_half`; without, `E` is `F` and
+/// `dz_half` is never touched.
+///
 /// With `predict`, also `predictions[first + row]` = the row's argmax of H (the first class of
 /// the largest value), found with the maximum: each unit keeps the first class of its largest
 /// value, and the tree keeps the larger value, then the smaller class. Without, `predictions`
 /// is never touched.
 #[cube(launch_unchecked)]
-pub fn chunk_rows<F: Float, L: Int>(
+pub fn chunk_rows<F: Float, E: Float, L: Int>(
     p: &mut Tensor<F>,
-    bias: &Tensor<F>,
+    bias: &Tensor<E>,
     labels: &Tensor<L>,
     loss: &mut Tensor<F>,
     predictions: &mut Tensor<L>,
+    dz_half: &mut Tensor<E>,
     first: usize,
     batch: usize,
     nan: f32,
     #[comptime] cube_units: usize,
     #[comptime] relu: bool,
     #[comptime] predict: bool,
+    #[comptime] half: bool,
 ) {
     let rows = p.shape(0);
     let classes = p.shape(1);
@@ -56,7 +64,7 @@ pub fn chunk_rows<F: Float, L: Int>(
     let mut at = classes as u32; // none yet
     let mut j = unit;
     while j < classes {
-        let h = activation::<F>(p[base + j] + bias[j], relu);
+        let h = activation::<F>(p[base + j] + F::cast_from(bias[j]), relu);
         if predict {
             let take = h > m || at == classes as u32;
             m = select(take, h, m);
@@ -80,13 +88,13 @@ pub fn chunk_rows<F: Float, L: Int>(
     // 2. The label, checked before it is ever used as an index, and its H, read before any
     //    unit can pass the next tree and overwrite the row.
     let (valid, target) = checked_label::<L>(labels[first + row], L::cast_from(classes));
-    let picked = activation::<F>(p[base + target] + bias[target], relu);
+    let picked = activation::<F>(p[base + target] + F::cast_from(bias[target]), relu);
 
     // 3. Denominator d = sum_j exp(H - m), fixed order.
     let mut s = F::new(0.0);
     let mut j = unit;
     while j < classes {
-        s += F::exp(activation::<F>(p[base + j] + bias[j], relu) - m);
+        s += F::exp(activation::<F>(p[base + j] + F::cast_from(bias[j]), relu) - m);
         j += stride;
     }
     smem[unit] = s;
@@ -106,7 +114,7 @@ pub fn chunk_rows<F: Float, L: Int>(
     let inv_batch = F::new(1.0) / F::cast_from(batch);
     let mut j = unit;
     while j < classes {
-        let z = p[base + j] + bias[j];
+        let z = p[base + j] + F::cast_from(bias[j]);
         let dh = row_grad::<F>(
             activation::<F>(z, relu),
             m,
@@ -116,7 +124,11 @@ pub fn chunk_rows<F: Float, L: Int>(
             inv_batch,
             nan,
         );
-        p[base + j] = activation_grad::<F>(z, dh, relu);
+        let dz = activation_grad::<F>(z, dh, relu);
+        p[base + j] = dz;
+        if half {
+            dz_half[base + j] = E::cast_from(dz);
+        }
         j += stride;
     }
 }

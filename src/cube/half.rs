@@ -1,0 +1,113 @@
+//! Tensors the kernels do not take as compiled for the backend's float `F`: bf16 and f16
+//! inputs, and f32 inputs on a backend whose float is not f32 (`CubeBackend<R, bf16, ..>` with
+//! an f32 tensor). Each goes through the f32 impl ([`Full`]).
+//!
+//! - The training step at C > 32 (`head_loss_and_gradients`, with or without predictions) on
+//!   bf16 or f16 inputs runs natively where cuBLASLt loads: the streamed path with products on
+//!   the inputs' type accumulating in f32 (see [`super::streamed`]). Its memory: P's f32 chunk
+//!   buffer, a chunk buffer of dZ in the inputs' type (half P's size), and dW and db in f32
+//!   until they are rounded at the end (`4 C (I + 1)` bytes).
+//! - Everything else (C <= 32, the forward and backward halves, the logits, the stage
+//!   methods, and every method on wgpu or where cuBLASLt does not load) converts the float
+//!   inputs to f32, runs the f32 kernels and rounds the float outputs to the inputs' type. The
+//!   saved `Z` and `dH` of `head_forward` are rounded too, as any bf16 tensor is.
+//!
+//! Either way the result is the exact f32 computation on the inputs' values up to the rounding
+//! of the outputs (and, natively, of dZ as the gradients' operand): `gates::half_slack` is the
+//! bound.
+
+use burn::tensor::DType;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+
+use super::launch::cast;
+use crate::backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadOptions, HeadWanted};
+
+/// The f32 impl every other float dtype goes through.
+pub(super) type Full<R, I, BT> = CubeBackend<R, f32, I, BT>;
+
+/// `t` as f32.
+pub(super) fn up<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
+    cast(t, DType::F32)
+}
+
+/// The gradients of the f32 impl rounded to `dtype`.
+pub(super) fn grads_to<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    grads: HeadGradients<Full<R, I, BT>>,
+    dtype: DType,
+) -> HeadGradients<CubeBackend<R, F, I, BT>> {
+    HeadGradients {
+        x: grads.x.map(|t| cast(t, dtype)),
+        weight: grads.weight.map(|t| cast(t, dtype)),
+        bias: grads.bias.map(|t| cast(t, dtype)),
+    }
+}
+
+/// `head_loss_and_gradients` (`predict` false) or `head_loss_gradients_and_predictions` of the
+/// f32 impl on X, W and b as f32, the loss and gradients rounded to X's dtype.
+pub(super) fn loss_and_gradients<
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
+    [x, weight, bias, labels]: [CubeTensor<R>; 4],
+    wanted: HeadWanted,
+    options: HeadOptions,
+    predict: bool,
+) -> super::streamed::LossAndGradients<R, F, I, BT> {
+    let dtype = x.dtype;
+    let (x, weight, bias) = (up(x), up(weight), up(bias));
+    let (loss, grads, predictions) = if predict {
+        let (loss, grads, predictions) = Full::<R, I, BT>::head_loss_gradients_and_predictions(
+            x, weight, bias, labels, wanted, options,
+        );
+        (loss, grads, Some(predictions))
+    } else {
+        let (loss, grads) =
+            Full::<R, I, BT>::head_loss_and_gradients(x, weight, bias, labels, wanted, options);
+        (loss, grads, None)
+    };
+    (cast(loss, dtype), grads_to(grads, dtype), predictions)
+}
+
+/// `head_forward` of the f32 impl, its outputs rounded to X's dtype.
+pub(super) fn forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    bias: CubeTensor<R>,
+    labels: CubeTensor<R>,
+    options: HeadOptions,
+) -> HeadForward<CubeBackend<R, F, I, BT>> {
+    let dtype = x.dtype;
+    let out = Full::<R, I, BT>::head_forward(up(x), up(weight), up(bias), labels, options);
+    HeadForward {
+        loss: cast(out.loss, dtype),
+        z: cast(out.z, dtype),
+        dh: cast(out.dh, dtype),
+    }
+}
+
+/// `head_backward` of the f32 impl, the gradients rounded to X's dtype.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    z: CubeTensor<R>,
+    dh: CubeTensor<R>,
+    grad_loss: CubeTensor<R>,
+    wanted: HeadWanted,
+    options: HeadOptions,
+) -> HeadGradients<CubeBackend<R, F, I, BT>> {
+    let dtype = x.dtype;
+    let grads = Full::<R, I, BT>::head_backward(
+        up(x),
+        up(weight),
+        up(z),
+        up(dh),
+        up(grad_loss),
+        wanted,
+        options,
+    );
+    grads_to(grads, dtype)
+}

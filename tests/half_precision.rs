@@ -1,0 +1,164 @@
+//! bf16 and f16 tensors on CUDA: the training step through autodiff against Burn's stock
+//! autodiff on NdArray in f64 on the same (rounded) inputs, under the bound
+//! `gates::half_slack` derives from each format; the same bits on every call; the predicted
+//! classes. Both activations; C <= 32 (the f32 kernels on the inputs as f32) and C > 32 (the
+//! native streamed path on cuBLASLt), with chunks of a few rows, an odd I (operands at 2-byte
+//! offsets), a prime B and an upstream gradient.
+//!
+//! Every tensor here is made with an explicit dtype: Burn fixes a device type's default float
+//! dtype once per process, and bf16 and f16 share the CUDA device.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use std::sync::Mutex;
+
+use burn::backend::Autodiff;
+use burn::backend::cuda::CudaDevice;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, bf16, f16};
+use burn_fused_head::gates::{gate_with_slack, half_slack};
+use burn_fused_head::reference::HeadData;
+use burn_fused_head::testing::with_chunk_elements;
+use burn_fused_head::{
+    FusedHeadBackend, HeadActivation, linear_relu_cross_entropy_and_predictions_with,
+    linear_relu_cross_entropy_with,
+};
+use common::*;
+
+/// Held while a test runs the op (the chunk override is process-wide).
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// `f` with chunks of at most `elements` floats (0: the crate's own rule), under [`LOCK`].
+fn chunked<T>(elements: usize, f: impl FnOnce() -> T) -> T {
+    let _guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if elements == 0 {
+        f()
+    } else {
+        with_chunk_elements(elements, f)
+    }
+}
+
+type FusionBf16 = Autodiff<burn::backend::Cuda<bf16>>;
+type RawBf16 = Autodiff<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, bf16, i32, u8>>;
+type FusionF16 = Autodiff<burn::backend::Cuda<f16>>;
+
+/// (B, I, C, chunk elements): C <= 32 (no streamed path); one chunk at C = 33; chunks of 13
+/// rows over a prime B at C = 1000; an odd I (each chunk's X rows start at a 2-byte offset)
+/// in chunks of 3 rows; the crate's own rule at C = 4099.
+const SHAPES: &[(usize, usize, usize, usize)] = &[
+    (67, 24, 10, 0),
+    (67, 40, 33, 0),
+    (131, 64, 1000, 1000 * 13),
+    (61, 37, 257, 257 * 3),
+    (256, 128, 4099, 0),
+];
+
+/// Loss and gradients of `scale * head` in `dtype` on `B` against the f64 reference on the same
+/// rounded inputs, under the half bound.
+fn check<B: AutodiffBackend + FusedHeadBackend>(
+    device: &B::Device,
+    dtype: DType,
+    (batch, inputs, classes, elements): (usize, usize, usize, usize),
+    activation: HeadActivation,
+    scale: f64,
+) {
+    let data = HeadData::random(11 + classes as u64, batch, inputs, classes).rounded_to(dtype);
+    let got = chunked(elements, || {
+        let (x, w, b, labels) = data.tensors::<B>(device, dtype);
+        head_grads(x, w, b, labels, scale, |x, w, b, l| {
+            linear_relu_cross_entropy_with(x, w, b, l, activation)
+        })
+    });
+    let want = match activation {
+        HeadActivation::Relu => stock_grads(&data, scale),
+        HeadActivation::Identity => stock_linear_grads(&data, scale),
+    };
+    let slack = half_slack(&data, scale, dtype, activation);
+    let context = format!("{dtype:?} {activation:?} B={batch} I={inputs} C={classes} g={scale}");
+    assert_gates(
+        &context,
+        &[
+            gate_with_slack("loss", &[got.loss], &[want.loss], &[slack.loss]),
+            gate_with_slack("dX", &got.dx, &want.dx, &slack.dx),
+            gate_with_slack("dW", &got.dw, &want.dw, &slack.dw),
+            gate_with_slack("db", &got.db, &want.db, &slack.db),
+        ],
+    );
+}
+
+#[test]
+fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
+    let device = CudaDevice::default();
+    for &shape in SHAPES {
+        for activation in [HeadActivation::Relu, HeadActivation::Identity] {
+            check::<FusionBf16>(&device, DType::BF16, shape, activation, 1.0);
+        }
+        check::<RawBf16>(&device, DType::BF16, shape, HeadActivation::Relu, 0.5);
+    }
+}
+
+#[test]
+fn f16_training_step_is_within_the_f16_bound_of_the_f64_reference() {
+    let device = CudaDevice::default();
+    for &shape in SHAPES {
+        check::<FusionF16>(&device, DType::F16, shape, HeadActivation::Relu, 1.0);
+        check::<FusionF16>(&device, DType::F16, shape, HeadActivation::Identity, 2.0);
+    }
+}
+
+/// The loss and gradients of one bf16 call, as bits.
+fn bits(data: &HeadData, elements: usize) -> Vec<u64> {
+    let device = CudaDevice::default();
+    let got = chunked(elements, || {
+        let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+        head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
+            linear_relu_cross_entropy_with(x, w, b, l, HeadActivation::Relu)
+        })
+    });
+    [vec![got.loss], got.dx, got.dw, got.db]
+        .concat()
+        .into_iter()
+        .map(f64::to_bits)
+        .collect()
+}
+
+#[test]
+fn bf16_gives_the_same_bits_on_every_call() {
+    for &(batch, inputs, classes, elements) in &SHAPES[1..] {
+        let data = HeadData::random(5, batch, inputs, classes).rounded_to(DType::BF16);
+        let first = bits(&data, elements);
+        for _ in 0..2 {
+            assert!(
+                bits(&data, elements) == first,
+                "B={batch} I={inputs} C={classes}: bits differ between calls"
+            );
+        }
+    }
+}
+
+#[test]
+fn bf16_predictions_are_the_rows_argmax() {
+    let device = CudaDevice::default();
+    for &(batch, inputs, classes, elements) in SHAPES {
+        let data = HeadData::random(3, batch, inputs, classes).rounded_to(DType::BF16);
+        let predictions = chunked(elements, || {
+            let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+            let (_loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
+                x,
+                w,
+                b,
+                labels,
+                HeadActivation::Relu,
+            );
+            to_i64(predictions)
+        });
+        let h = reference_stages(&data, 1.0).h;
+        assert_predictions(
+            &format!("bf16 B={batch} C={classes}"),
+            &predictions,
+            &h,
+            classes,
+        );
+    }
+}
