@@ -2,14 +2,17 @@
 //! profiler (Nsight Compute: `ncu --section SpeedOfLight ...`).
 //!
 //!   cargo run --release --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
-//!     [--tf32] [--identity]
+//!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
 //! without the feature, on NdArray. `--phases` then times `steps` more steps phase by phase
 //! (host calls and GPU waits apart) and prints the medians, and on the raw backend the forward's
 //! and backward's times as CubeCL's `profile` measures them. `--tf32` and `--identity` set the
-//! op's precision and activation (exact and ReLU by default).
+//! op's precision and activation (exact and ReLU by default). `--bf16` runs on bf16 tensors
+//! (`CubeBackend<CudaRuntime, bf16, ..>`, or `Cuda<bf16>` with `--fusion`). `--chunk N` sets
+//! the streamed path's chunk budget to N elements (`testing::with_chunk_elements`; the crate's
+//! rule otherwise).
 
 use std::time::Instant;
 
@@ -23,6 +26,13 @@ use burn_fused_head::{
 /// Whether `--flag` is on the command line.
 fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
+}
+
+/// The value after `--chunk`, if any.
+fn chunk_elements() -> Option<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == "--chunk")?;
+    Some(args[at + 1].parse().expect("--chunk ELEMENTS: an integer"))
 }
 
 /// The op with the options of the command line.
@@ -44,9 +54,13 @@ fn head<B: FusedHeadBackend>(
 
 /// B, I, C and steps from the command line: (64, 128, 10) and 1 step by default.
 fn command_line() -> (usize, usize, usize, usize) {
-    let args: Vec<usize> = std::env::args()
+    let all: Vec<String> = std::env::args().collect();
+    let args: Vec<usize> = all
+        .iter()
+        .enumerate()
         .skip(1)
-        .filter(|a| !a.starts_with("--"))
+        .filter(|(k, a)| !a.starts_with("--") && all[k - 1] != "--chunk")
+        .map(|(_, a)| a)
         .map(|a| {
             a.parse()
                 .expect("B I C [steps] [--fusion] [--phases]: integers")
@@ -59,11 +73,24 @@ fn command_line() -> (usize, usize, usize, usize) {
     (batch, inputs, classes, args.get(3).copied().unwrap_or(1))
 }
 
-/// `steps` synced training steps of the op on B, I, C from the command line.
+/// `steps` synced training steps of the op on B, I, C from the command line, with the chunk
+/// budget of `--chunk` where given.
 fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
+    match chunk_elements() {
+        Some(n) => burn_fused_head::testing::with_chunk_elements(n, || steps::<B>(device)),
+        None => steps::<B>(device),
+    }
+}
+
+/// The float dtype of `B`'s tensors here: its float element's.
+fn float_dtype<B: burn::tensor::backend::Backend>() -> DType {
+    <B::FloatElem as burn::tensor::Element>::dtype()
+}
+
+fn steps<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
     let (batch, inputs, classes, steps) = command_line();
     let data = HeadData::random(1, batch, inputs, classes);
-    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let (x, w, b, labels) = data.tensors::<B>(device, float_dtype::<B>());
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
     for _ in 0..steps {
         let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
@@ -72,7 +99,10 @@ fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
         B::sync(device).unwrap();
         drop(kept);
     }
-    println!("B = {batch}, I = {inputs}, C = {classes}: {steps} step(s) done");
+    println!(
+        "B = {batch}, I = {inputs}, C = {classes}, {:?}: {steps} step(s) done",
+        float_dtype::<B>()
+    );
     if flag("--phases") {
         phases::<B>(device, &x, &w, &b, &labels, steps);
     }
@@ -146,9 +176,16 @@ fn phases<B: AutodiffBackend + FusedHeadBackend>(
 #[cfg(feature = "cuda")]
 fn main() {
     use burn::backend::{Autodiff, Cuda};
+    use burn::tensor::bf16;
     use burn_cubecl::CubeBackend;
     use cubecl::cuda::CudaRuntime;
-    if flag("--fusion") {
+    if flag("--bf16") {
+        if flag("--fusion") {
+            run::<Autodiff<Cuda<bf16>>>(&Default::default());
+        } else {
+            run::<Autodiff<CubeBackend<CudaRuntime, bf16, i32, u8>>>(&Default::default());
+        }
+    } else if flag("--fusion") {
         run::<Autodiff<Cuda>>(&Default::default());
     } else {
         run::<Autodiff<CubeBackend<CudaRuntime, f32, i32, u8>>>(&Default::default());

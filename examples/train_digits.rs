@@ -96,9 +96,12 @@ pub enum HeadKind {
 
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
-    hidden: Linear<B>,
-    fused: FusedHead<B>,
-    stock: Linear<B>,
+    /// The hidden layer, 64 -> 64 (then ReLU).
+    pub hidden: Linear<B>,
+    /// Our head, 64 -> 10.
+    pub fused: FusedHead<B>,
+    /// Burn's head from the same weights (then ReLU and `CrossEntropyLoss`).
+    pub stock: Linear<B>,
 }
 
 impl<B: FusedHeadBackend> Mlp<B> {

@@ -154,6 +154,7 @@ impl From<HeadActivation> for HeadOptions {
 
 impl HeadOptions {
     /// Whether the activation is ReLU (the kernels' compile-time flag).
+    #[cfg(feature = "cube")]
     pub(crate) fn relu(self) -> bool {
         self.activation == HeadActivation::Relu
     }

@@ -126,3 +126,25 @@ impl<B: FusedHeadBackend> FusedHead<B> {
             .with_activation(self.activation)
     }
 }
+
+#[cfg(feature = "train")]
+impl<B: FusedHeadBackend> FusedHead<B> {
+    /// burn-train's [`ClassificationOutput`](burn_train::ClassificationOutput) of `x` `[B, I]`
+    /// against `labels` `[B]`, from one call of the op ([`forward_with_predictions`](Self::forward_with_predictions)):
+    /// the loss, and as `output` the one-hot `[B, C]` (f32 0 and 1) of each row's predicted
+    /// class. burn-train's `AccuracyMetric` takes the argmax of `output`, which is that class;
+    /// metrics that read the scores themselves (top-k accuracy, calibration) need the head's
+    /// [`logits`](Self::logits) instead, a second product. The one-hot is a `[B, C]` tensor:
+    /// at a large C, prefer the predictions with a metric of your own.
+    pub fn forward_classification(
+        &self,
+        x: Tensor<B, 2>,
+        labels: Tensor<B, 1, Int>,
+    ) -> burn_train::ClassificationOutput<B> {
+        let classes = self.weight.dims()[0];
+        let (loss, predictions) = self.forward_with_predictions(x, labels.clone());
+        // [B, C] in the loss's float dtype (`float()` alone gives the device's default).
+        let output = predictions.one_hot::<2>(classes).float().cast(loss.dtype());
+        burn_train::ClassificationOutput::new(loss, output, labels)
+    }
+}

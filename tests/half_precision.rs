@@ -11,33 +11,17 @@
 
 mod common;
 
-use std::sync::Mutex;
-
 use burn::backend::Autodiff;
 use burn::backend::cuda::CudaDevice;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, bf16, f16};
 use burn_fused_head::gates::{gate_with_slack, half_slack};
 use burn_fused_head::reference::HeadData;
-use burn_fused_head::testing::with_chunk_elements;
 use burn_fused_head::{
     FusedHeadBackend, HeadActivation, linear_relu_cross_entropy_and_predictions_with,
     linear_relu_cross_entropy_with,
 };
 use common::*;
-
-/// Held while a test runs the op (the chunk override is process-wide).
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// `f` with chunks of at most `elements` floats (0: the crate's own rule), under [`LOCK`].
-fn chunked<T>(elements: usize, f: impl FnOnce() -> T) -> T {
-    let _guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if elements == 0 {
-        f()
-    } else {
-        with_chunk_elements(elements, f)
-    }
-}
 
 type FusionBf16 = Autodiff<burn::backend::Cuda<bf16>>;
 type RawBf16 = Autodiff<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, bf16, i32, u8>>;

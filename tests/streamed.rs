@@ -11,33 +11,17 @@
 
 mod common;
 
-use std::sync::Mutex;
-
 use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{DType, Tensor};
 use burn_fused_head::gates::{gate, run_stages, values};
 use burn_fused_head::reference::{HeadData, stock_head_loss};
-use burn_fused_head::testing::with_chunk_elements;
 use burn_fused_head::{
     FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, HeadWanted,
     linear_relu_cross_entropy, linear_relu_cross_entropy_and_predictions_with,
     linear_relu_cross_entropy_with,
 };
 use common::*;
-
-/// Held by every test of this binary while it runs the op (the chunk override is global).
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// `f` with chunks of at most `elements` floats (0: the crate's own rule), under [`LOCK`].
-fn chunked<T>(elements: usize, f: impl FnOnce() -> T) -> T {
-    let _guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if elements == 0 {
-        f()
-    } else {
-        with_chunk_elements(elements, f)
-    }
-}
 
 /// (B, I, C, chunk elements): chunks of one row; of 3 rows with a ragged last (7 = 3 + 3 + 1);
 /// a prime B in chunks of 13 rows; chunks of 128 rows (200 fit; the rule rounds down) and a

@@ -1,12 +1,15 @@
 //! Shared helpers of the test binaries: the f64 reference, and the gate assertions.
 #![allow(dead_code)]
 
+use std::sync::Mutex;
+
 use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
 use burn_fused_head::gates::{GateReport, StageOutputs, gate, run_stages, run_stages_with};
 use burn_fused_head::reference::{HeadData, stock_head_loss, stock_linear_loss};
+use burn_fused_head::testing::with_chunk_elements;
 use burn_fused_head::{
     FusedHeadBackend, HeadActivation, HeadOptions, linear_relu_cross_entropy,
     linear_relu_cross_entropy_with,
@@ -206,4 +209,18 @@ pub fn assert_predictions(context: &str, got: &[i64], h: &[f64], classes: usize)
 /// The values of an int tensor as i64.
 pub fn to_i64<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D, Int>) -> Vec<i64> {
     t.into_data().convert::<i64>().to_vec().expect("i64 values")
+}
+
+/// Held by every test of a binary while it runs the op with a chunk budget (the override of
+/// `testing::with_chunk_elements` is process-wide).
+pub static LOCK: Mutex<()> = Mutex::new(());
+
+/// `f` with chunks of at most `elements` floats (0: the crate's own rule), under [`LOCK`].
+pub fn chunked<T>(elements: usize, f: impl FnOnce() -> T) -> T {
+    let _guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if elements == 0 {
+        f()
+    } else {
+        with_chunk_elements(elements, f)
+    }
 }

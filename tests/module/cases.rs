@@ -362,3 +362,55 @@ fn forward_with_predictions_keeps_the_labels_shape() {
         }
     }
 }
+
+/// `forward_classification` (feature `train`): burn-train's `ClassificationOutput` whose loss
+/// is `forward`'s bit for bit, whose output `[B, C]` is the one-hot of
+/// `forward_with_predictions`' classes (so its argmax, what `AccuracyMetric` reads, is the
+/// prediction), and whose targets are the labels; on both paths (C = 7 and C = 40).
+#[cfg(feature = "train")]
+#[test]
+fn forward_classification_is_the_loss_and_the_one_hot_predictions() {
+    let device = &device();
+    for classes in [7, 40] {
+        let data = HeadData::random(29, 9, 5, classes);
+        let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+        let head = FusedHead {
+            weight: Param::from_tensor(w),
+            bias: Param::from_tensor(b),
+            precision: HeadPrecision::Exact,
+            activation: HeadActivation::Relu,
+        };
+        let out = head.forward_classification(x.clone(), labels.clone());
+        let (loss, predictions) = head.forward_with_predictions(x, labels.clone());
+        assert_eq!(
+            out.loss.into_data(),
+            loss.into_data(),
+            "C = {classes}: loss"
+        );
+        assert_eq!(
+            out.output.dims(),
+            [9, classes],
+            "C = {classes}: output shape"
+        );
+        let want = predictions.clone().one_hot::<2>(classes).float();
+        assert_eq!(
+            out.output.clone().into_data().convert::<f32>(),
+            want.into_data().convert::<f32>(),
+            "C = {classes}: output"
+        );
+        assert_eq!(
+            out.output
+                .argmax(1)
+                .squeeze_dim::<1>(1)
+                .into_data()
+                .convert::<i64>(),
+            predictions.into_data().convert::<i64>(),
+            "C = {classes}: argmax"
+        );
+        assert_eq!(
+            out.targets.into_data(),
+            labels.into_data(),
+            "C = {classes}: targets"
+        );
+    }
+}
