@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Writes docs/large-c.svg: full-step time and peak extra memory against C, per contender.
 
-The figures are BENCHMARKS.md's "Large C" section (H200, 2026-12-01, lease 2: ours and the
-peers in one lease), copied here by hand. Our memory is the pool's reservation of that lease
-(fusion off); the live bytes were measured in another lease and are not drawn beside the peers. Run:
+The figures are BENCHMARKS.md's night lease (H200, 2026-12-01, about 17:50 UTC: ours and the
+peers back to back in one lease), copied here by hand. Every head drawn computes CE on
+X W^T + b without the ReLU (ours with HeadActivation::Identity, fusion off; PyTorch eager
+without the ReLU; Liger and CCE as they are; CCE also without the bias). Our memory is the live
+bytes at the streamed path's fullest point plus cuBLASLt's workspace, beyond inputs and
+gradients; the peers' is torch's peak allocation beyond the inputs. Run:
 python3 docs/large-c-chart.py (no dependencies).
 """
 import math
@@ -11,25 +14,27 @@ import math
 C = [1000, 32000, 128256]
 # Step median, ms (B = 8192; I = 1024 at C = 1000, 4096 above). None: not run.
 TIME = {
-    "ours exact (f32)": [1.646, 133.1, 538.1],
-    "ours TF32": [0.754, 25.05, 109.0],
-    "torch fp32": [1.263, 127.4, None],
-    "torch tf32": [0.455, 23.92, 98.4],
-    "torch bf16": [0.284, 10.97, 44.2],
-    "Liger FLCE tf32": [0.929, 27.11, 157.6],
-    "Liger FLCE bf16": [0.719, 11.73, 58.6],
-    "CCE bf16": [1.443, 38.93, 156.2],
+    "ours exact (f32)": [1.626, 133.6, 531.9],
+    "ours TF32": [0.661, 25.40, 109.8],
+    "ours bf16": [0.452, 13.83, 55.34],
+    "torch fp32": [1.235, 126.1, None],
+    "torch tf32": [0.417, 23.60, 97.89],
+    "torch bf16": [0.300, 10.84, 42.99],
+    "Liger FLCE tf32": [1.005, 27.23, 161.5],
+    "Liger FLCE bf16": [0.779, 11.71, 59.78],
+    "CCE bf16": [1.356, 38.69, 155.0],
 }
 # Peak extra memory beyond inputs and gradients, MiB.
 MEMORY = {
-    "ours, pool reservation (exact and TF32)": [213.5, 2419.3, 2800.7],
-    "torch tf32": [94.5, 3372, 13900],
-    "torch bf16": [78.5, 1686, 6950],
-    "Liger FLCE tf32": [94.5, 625, 2129],
-    "Liger FLCE bf16": [78.2, 203, 62.9],
+    "ours exact and TF32 (live)": [63.3, 219.5, 407.8],
+    "ours bf16 (live)": [80.9, 563.3, 1597.9],
+    "torch tf32": [94.5, 2371.9, 9891.5],
+    "torch bf16": [78.1, 1185.9, 4945.8],
+    "Liger FLCE tf32": [94.5, 625.0, 2129.3],
+    "Liger FLCE bf16": [78.2, 203.2, 62.9],
     "CCE bf16": [0.1, 0.4, 1.5],
 }
-COLORS = ["#d62728", "#ff7f0e", "#1f77b4", "#17becf", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f"]
+COLORS = ["#d62728", "#ff7f0e", "#e377c2", "#1f77b4", "#17becf", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f"]
 
 
 def panel(x0, title, ylabel, series, lo, hi):
@@ -64,7 +69,7 @@ def panel(x0, title, ylabel, series, lo, hi):
 
 svg = ['<svg xmlns="http://www.w3.org/2000/svg" width="1080" height="400" font-family="sans-serif">',
        '<text x="540" y="392" text-anchor="middle" font-size="11">NVIDIA H200, 2026-12-01, B = 8192, '
-       'full training step (forward and backward to X, W, b), median; BENCHMARKS.md</text>']
+       'full training step (forward and backward to X, W, b), median, no ReLU; BENCHMARKS.md</text>']
 svg += panel(0, "Step time", "ms, log scale", TIME, 0.1, 1000)
 svg += panel(540, "Peak extra memory", "MiB, log scale", MEMORY, 0.05, 20000)
 svg.append("</svg>")
