@@ -205,28 +205,30 @@ pub fn tf32_slack(data: &crate::reference::HeadData, grad: f64) -> Slack {
 }
 
 /// The unit roundoff `u` and the largest absolute rounding error of a value below the normal
-/// range `eta` (half the smallest subnormal) of a half-precision dtype: bf16 keeps 8
-/// significant bits and f32's exponent range, f16 11 bits and exponents down to 2^-24.
-/// `None` for any other dtype.
+/// range `eta` (half the smallest subnormal) of a half-precision dtype the op runs: bf16, 8
+/// significant bits and f32's exponent range. `None` for any other dtype.
 pub fn half_roundoff(dtype: DType) -> Option<(f64, f64)> {
     match dtype {
         DType::BF16 => Some((2f64.powi(-8), 2f64.powi(-134))),
-        DType::F16 => Some((2f64.powi(-11), 2f64.powi(-25))),
         _ => None,
     }
 }
 
-/// The allowance of the half-precision gate (bf16 or f16 tensors, `dtype`) per element of the
-/// loss and the gradients, for inputs `data` whose values are already of that type (the f64
-/// reference then sees the same numbers), upstream gradient `grad` and `activation`.
+/// The allowance of the half-precision gate (bf16 tensors, `dtype`) per element of the loss and
+/// the gradients, for inputs `data` whose values are already of that type (the f64 reference
+/// then sees the same numbers), upstream gradient `grad` (a value of that type too) and
+/// `activation`.
 ///
 /// Derived from the format, with `u` and `eta` of [`half_roundoff`] (a value `v` rounds to
 /// within `u |v| + eta`). The products multiply half values, which is exact in f32, and
-/// accumulate in f32, as the exact path does; the loss, the softmax and dZ are f32: all of that
-/// is the seed's bound's. What the half type adds:
+/// accumulate in f32 (on tensor cores natively, whose accumulation order and alignment of
+/// partial sums are NVIDIA's: like the exact path's f32 sums, its error is left to the seed's
+/// bound, which grows like `K 2^-24 sum |a b|` and has held); the loss, the softmax and dZ are
+/// f32. What the half type adds:
 /// - dZ is rounded before it is an operand of the dX and dW products (the native path's dZ
 ///   copy; the f32 fallback's rounded `dH`): `e_rc = u |dZ_rc| + eta |g|`, and where the ReLU
-///   mask can flip (a `|Z_rc| <= eta` rounded to 0), `|dH_rc|` besides; through the exact
+///   mask can flip (a `|Z_rc| <= eta` rounded to 0; bf16's `eta` makes that all but
+///   impossible), `|dH_rc|` besides; through the exact
 ///   other operand, `dX_ri: sum_c e_rc |W_ci|`, `dW_ci: sum_r e_rc |X_ri|`, and `db_c:
 ///   sum_r e_rc` (the fallback sums the rounded dZ; the native path sums the f32 one);
 /// - each output is rounded to the type once, and once more where autodiff scales it by the

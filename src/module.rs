@@ -131,8 +131,8 @@ impl<B: FusedHeadBackend> FusedHead<B> {
 impl<B: FusedHeadBackend> FusedHead<B> {
     /// burn-train's [`ClassificationOutput`](burn_train::ClassificationOutput) of `x` `[B, I]`
     /// against `labels` `[B]`, from one call of the op ([`forward_with_predictions`](Self::forward_with_predictions)):
-    /// the loss, and as `output` the one-hot `[B, C]` (f32 0 and 1) of each row's predicted
-    /// class. burn-train's `AccuracyMetric` takes the argmax of `output`, which is that class;
+    /// the loss, and as `output` the one-hot `[B, C]` (0 and 1, in the loss's dtype) of each
+    /// row's predicted class. burn-train's `AccuracyMetric` takes the argmax of `output`, which is that class;
     /// metrics that read the scores themselves (top-k accuracy, calibration) need the head's
     /// [`logits`](Self::logits) instead, a second product. The one-hot is a `[B, C]` tensor:
     /// at a large C, prefer the predictions with a metric of your own.
@@ -143,8 +143,13 @@ impl<B: FusedHeadBackend> FusedHead<B> {
     ) -> burn_train::ClassificationOutput<B> {
         let classes = self.weight.dims()[0];
         let (loss, predictions) = self.forward_with_predictions(x, labels.clone());
-        // [B, C] in the loss's float dtype (`float()` alone gives the device's default).
-        let output = predictions.one_hot::<2>(classes).float().cast(loss.dtype());
+        let output = if predictions.dims()[0] == 0 {
+            // No fill kernel of zero cubes (CUDA refuses those launches; DESIGN.md).
+            Tensor::empty([0, classes], (&loss.device(), loss.dtype()))
+        } else {
+            // [B, C] in the loss's float dtype (`float()` alone gives the device's default).
+            predictions.one_hot::<2>(classes).float().cast(loss.dtype())
+        };
         burn_train::ClassificationOutput::new(loss, output, labels)
     }
 }

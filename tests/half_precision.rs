@@ -1,4 +1,4 @@
-//! bf16 and f16 tensors on CUDA: the training step through autodiff against Burn's stock
+//! bf16 tensors on CUDA: the training step through autodiff against Burn's stock
 //! autodiff on NdArray in f64 on the same (rounded) inputs, under the bound
 //! `gates::half_slack` derives from each format; the same bits on every call; the predicted
 //! classes. Both activations; C <= 32 (the f32 kernels on the inputs as f32) and C > 32 (the
@@ -6,7 +6,7 @@
 //! offsets), a prime B and an upstream gradient.
 //!
 //! Every tensor here is made with an explicit dtype: Burn fixes a device type's default float
-//! dtype once per process, and bf16 and f16 share the CUDA device.
+//! dtype once per process.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -14,7 +14,7 @@ mod common;
 use burn::backend::Autodiff;
 use burn::backend::cuda::CudaDevice;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{DType, bf16, f16};
+use burn::tensor::{DType, bf16};
 use burn_fused_head::gates::{gate_with_slack, half_slack};
 use burn_fused_head::reference::HeadData;
 use burn_fused_head::{
@@ -25,7 +25,6 @@ use common::*;
 
 type FusionBf16 = Autodiff<burn::backend::Cuda<bf16>>;
 type RawBf16 = Autodiff<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, bf16, i32, u8>>;
-type FusionF16 = Autodiff<burn::backend::Cuda<f16>>;
 
 /// (B, I, C, chunk elements): C <= 32 (no streamed path); one chunk at C = 33; chunks of 13
 /// rows over a prime B at C = 1000; an odd I (each chunk's X rows start at a 2-byte offset)
@@ -79,15 +78,6 @@ fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
             check::<FusionBf16>(&device, DType::BF16, shape, activation, 1.0);
         }
         check::<RawBf16>(&device, DType::BF16, shape, HeadActivation::Relu, 0.5);
-    }
-}
-
-#[test]
-fn f16_training_step_is_within_the_f16_bound_of_the_f64_reference() {
-    let device = CudaDevice::default();
-    for &shape in SHAPES {
-        check::<FusionF16>(&device, DType::F16, shape, HeadActivation::Relu, 1.0);
-        check::<FusionF16>(&device, DType::F16, shape, HeadActivation::Identity, 2.0);
     }
 }
 

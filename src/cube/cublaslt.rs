@@ -29,7 +29,6 @@ pub(super) const WORKSPACE_BYTES: usize = 32 << 20;
 pub(super) enum Element {
     F32,
     Bf16,
-    F16,
 }
 
 impl Element {
@@ -37,7 +36,6 @@ impl Element {
         match self {
             Element::F32 => sys::cudaDataType::CUDA_R_32F,
             Element::Bf16 => sys::cudaDataType::CUDA_R_16BF,
-            Element::F16 => sys::cudaDataType::CUDA_R_16F,
         }
     }
 
@@ -45,7 +43,7 @@ impl Element {
     pub fn bytes(self) -> u64 {
         match self {
             Element::F32 => 4,
-            Element::Bf16 | Element::F16 => 2,
+            Element::Bf16 => 2,
         }
     }
 }

@@ -1,20 +1,21 @@
-//! Tensors the kernels do not take as compiled for the backend's float `F`: bf16 and f16
-//! inputs, and f32 inputs on a backend whose float is not f32 (`CubeBackend<R, bf16, ..>` with
-//! an f32 tensor). Each goes through the f32 impl ([`Full`]).
+//! Tensors the kernels do not take as compiled for the backend's float `F`: bf16 inputs, and
+//! f32 inputs on a backend whose float is not f32 (`CubeBackend<R, bf16, ..>` with an f32
+//! tensor). Each goes through the f32 impl ([`Full`]). (f16 is refused: dZ = (p - onehot) / B
+//! falls below f16's range at large B, and rounding it to f16 would zero most of dW.)
 //!
 //! - The training step at C > 32 (`head_loss_and_gradients`, with or without predictions) on
-//!   bf16 or f16 inputs runs natively where cuBLASLt loads: the streamed path with products on
-//!   the inputs' type accumulating in f32 (see [`super::streamed`]). Its memory: P's f32 chunk
-//!   buffer, a chunk buffer of dZ in the inputs' type (half P's size), and dW and db in f32
-//!   until they are rounded at the end (`4 C (I + 1)` bytes).
+//!   bf16 inputs runs natively where cuBLASLt loads: the streamed path with products on bf16
+//!   operands accumulating in f32 (see [`super::streamed`]). Its memory: P's f32 chunk buffer,
+//!   a chunk buffer of dZ in bf16 (half P's size), and dW and db in f32 until they are rounded
+//!   at the end (`4 C (I + 1)` bytes).
 //! - Everything else (C <= 32, the forward and backward halves, the logits, the stage
 //!   methods, and every method on wgpu or where cuBLASLt does not load) converts the float
 //!   inputs to f32, runs the f32 kernels and rounds the float outputs to the inputs' type. The
-//!   saved `Z` and `dH` of `head_forward` are rounded too, as any bf16 tensor is.
+//!   saved `Z` and `dH` of `head_forward` are rounded too, as any bf16 tensor is. The
+//!   precision is `Exact` there whatever `HeadPrecision` says (it applies to f32 tensors).
 //!
-//! Either way the result is the exact f32 computation on the inputs' values up to the rounding
-//! of the outputs (and, natively, of dZ as the gradients' operand): `gates::half_slack` is the
-//! bound.
+//! Either way the result is the f32 computation on the inputs' values up to the rounding of
+//! the outputs (and of dZ as the gradients' operand): `gates::half_slack` is the bound.
 
 use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;
@@ -25,6 +26,15 @@ use crate::backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadOptions, 
 
 /// The f32 impl every other float dtype goes through.
 pub(super) type Full<R, I, BT> = CubeBackend<R, f32, I, BT>;
+
+/// `options` for the f32 impl on inputs of `dtype`: exact products for bf16 inputs (their
+/// dZ would otherwise be a TF32 operand), as given for f32 ones.
+pub(super) fn for_f32(options: HeadOptions, dtype: DType) -> HeadOptions {
+    match dtype {
+        DType::F32 => options,
+        _ => options.with_precision(crate::HeadPrecision::Exact),
+    }
+}
 
 /// `t` as f32.
 pub(super) fn up<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
@@ -57,6 +67,7 @@ pub(super) fn loss_and_gradients<
     predict: bool,
 ) -> super::streamed::LossAndGradients<R, F, I, BT> {
     let dtype = x.dtype;
+    let options = for_f32(options, dtype);
     let (x, weight, bias) = (up(x), up(weight), up(bias));
     let (loss, grads, predictions) = if predict {
         let (loss, grads, predictions) = Full::<R, I, BT>::head_loss_gradients_and_predictions(
@@ -80,6 +91,7 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEl
     options: HeadOptions,
 ) -> HeadForward<CubeBackend<R, F, I, BT>> {
     let dtype = x.dtype;
+    let options = for_f32(options, dtype);
     let out = Full::<R, I, BT>::head_forward(up(x), up(weight), up(bias), labels, options);
     HeadForward {
         loss: cast(out.loss, dtype),
@@ -100,6 +112,7 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
     options: HeadOptions,
 ) -> HeadGradients<CubeBackend<R, F, I, BT>> {
     let dtype = x.dtype;
+    let options = for_f32(options, dtype);
     let grads = Full::<R, I, BT>::head_backward(
         up(x),
         up(weight),

@@ -52,7 +52,7 @@ fn as_is<F: FloatElement>(op: &str, dtypes: &[DType]) -> bool {
     F::dtype() == DType::F32 && dtypes[0] == DType::F32
 }
 
-/// The streamed step on bf16 or f16 inputs, natively where cuBLASLt runs it and C > 32; else
+/// The streamed step on bf16 inputs, natively where cuBLASLt runs it and C > 32; else
 /// the f32 impl on the inputs as f32 ([`half::loss_and_gradients`]). Also f32 inputs on a
 /// backend whose float is not f32.
 fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
@@ -63,6 +63,7 @@ fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
     predict: bool,
 ) -> streamed::LossAndGradients<R, F, I, BT> {
     if inputs[0].dtype != DType::F32
+        && inputs[1].shape()[0] > SMALL_CLASSES
         && streamed::half_available(&inputs[0])
         && let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, predict)
     {
@@ -222,6 +223,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         let op = "head_logits";
         if !as_is::<F>(op, &[x.dtype, weight.dtype, bias.dtype]) {
             let dtype = x.dtype;
+            let options = half::for_f32(options, dtype);
             let h = Full::<R, I, BT>::head_logits(up(x), up(weight), up(bias), options);
             return cast(h, dtype);
         }

@@ -17,7 +17,7 @@
 //! crate's CubeCL kernels (the tiled exact product, or TF32 tensor cores with `tf32`). The row
 //! and column kernels are CubeCL everywhere.
 //!
-//! Half-precision inputs (bf16, f16) run here on cuBLASLt only ([`half_available`]): the
+//! bf16 inputs run here on cuBLASLt only ([`half_available`]): the
 //! products take the inputs' type as operands and accumulate in f32; P, the loss, the
 //! softmax, dW and db are f32; the row kernel also writes dZ rounded to the inputs' type (a
 //! second chunk buffer, half the size of P), the operand of the dX and dW products. dX comes
@@ -29,12 +29,14 @@
 //! where C alone exceeds that), the per-row losses
 //! (4 B bytes) and, on cuBLASLt, a vector of ones for db (4 x chunk rows bytes) and its
 //! workspace (32 MiB per device, allocated once). The CubeCL products also hold one chunk's product output and, for
-//! dW, one `[C, I]` partial while it is added.
+//! dW, one `[C, I]` partial while it is added. bf16 inputs add the dZ copy (half the chunk
+//! buffer's bytes, where dX or dW is wanted) and dW and db in f32 (`4 C (I + 1)` bytes; while
+//! they are rounded at the end, their bf16 copies too).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use burn::tensor::ops::FloatTensorOps;
-use burn::tensor::{DType, Slice, TensorMetadata, bf16, f16};
+use burn::tensor::{DType, Slice, TensorMetadata, bf16};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fused_head_kernels::large_classes::chunks as kernels;
@@ -120,7 +122,7 @@ pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
 /// The loss `[1]` and the wanted gradients for a unit upstream gradient, chunk by chunk, and
 /// with `predict` the predicted class of each row (`[B]`, the labels' dtype). X, W, b and the
 /// labels are checked by the caller; B > 0 and I > 0. The float inputs are f32 (then `F` is
-/// f32), or bf16 or f16 where [`half_available`] says so.
+/// f32), or bf16 where [`half_available`] says so.
 pub(super) fn loss_and_gradients<
     R: CubeRuntime,
     F: FloatElement,
@@ -149,8 +151,10 @@ pub(super) fn loss_and_gradients<
     let loss_rows = empty_of::<R>(&x, [batch], sums); // [B]
     // [B] of the labels' dtype, or one element the row kernel never writes.
     let predictions = empty::<R>(&labels, [if predict { batch } else { 1 }]);
-    // dZ in the inputs' half type [rows, C], or one element the row kernel never writes.
-    let dz_half = empty::<R>(&x, [if half { rows * classes } else { 1 }]);
+    // dZ in the inputs' type [rows, C] for the dX and dW products (bf16 inputs, where either
+    // is wanted), or one element the row kernel never writes.
+    let copy = half && (wanted.x || wanted.weight);
+    let dz_half = empty::<R>(&x, [if copy { rows * classes } else { 1 }]);
     let mut grads = Grads {
         x: wanted.x.then(|| empty::<R>(&x, [batch, inputs])), // [B, I]
         weight: wanted
@@ -160,7 +164,6 @@ pub(super) fn loss_and_gradients<
     };
     let launch_rows = match dtype {
         DType::BF16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16>),
-        DType::F16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, f16>),
         _ => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, f32>),
     };
     let chunk = Chunk {
@@ -172,7 +175,7 @@ pub(super) fn loss_and_gradients<
         predictions: &predictions,
         predict,
         dz_half: &dz_half,
-        half,
+        half: copy,
         launch_rows,
         batch,
         tf32,
@@ -226,7 +229,8 @@ struct Chunk<'a, R: CubeRuntime> {
     /// With `half`, a chunk's dZ rounded to the inputs' type (`[rows, C]` elements), else one
     /// element never written.
     dz_half: &'a CubeTensor<R>,
-    /// Half-precision inputs (bf16 or f16): P and the sums are f32.
+    /// bf16 inputs with dX or dW wanted: the row kernel also writes `dz_half`, the operand of
+    /// those products. (P and the sums are f32 for bf16 inputs either way.)
     half: bool,
     launch_rows: RowsLaunch<R>,
     batch: usize,
@@ -395,7 +399,6 @@ mod cuda {
     fn element(dtype: DType) -> Element {
         match dtype {
             DType::BF16 => Element::Bf16,
-            DType::F16 => Element::F16,
             _ => Element::F32,
         }
     }
