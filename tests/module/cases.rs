@@ -414,3 +414,29 @@ fn forward_classification_is_the_loss_and_the_one_hot_predictions() {
         );
     }
 }
+
+/// `forward_classification` on an empty batch: an output `[0, C]` made without a kernel (a
+/// fill of zero cubes breaks CUDA's device), empty targets, the NaN loss of a mean over nothing.
+#[cfg(feature = "train")]
+#[test]
+fn forward_classification_of_an_empty_batch() {
+    let device = &device();
+    let data = HeadData::random(29, 0, 5, 7);
+    let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let head = FusedHead {
+        weight: Param::from_tensor(w),
+        bias: Param::from_tensor(b),
+        precision: HeadPrecision::Exact,
+        activation: HeadActivation::Relu,
+    };
+    let out = head.forward_classification(x, labels);
+    assert_eq!(out.output.dims(), [0, 7]);
+    assert_eq!(out.targets.dims(), [0]);
+    let loss = out
+        .loss
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .unwrap();
+    assert!(loss.len() == 1 && loss[0].is_nan(), "{loss:?}");
+}
