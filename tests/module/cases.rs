@@ -96,12 +96,7 @@ fn leading_dims_are_the_flattened_rows() {
     for classes in [7, 40] {
         let data = HeadData::random(71, 6, 5, classes);
         let (x, w, b, labels) = data.tensors::<A>(device, DType::F32);
-        let head = FusedHead {
-            weight: Param::from_tensor(w),
-            bias: Param::from_tensor(b),
-            precision: HeadPrecision::Exact,
-            activation: HeadActivation::Relu,
-        };
+        let head = exact_head(w, b, HeadActivation::Relu);
         let x = x.require_grad();
         let flat = head.forward(x.clone(), labels.clone());
         let dx_flat = x.grad(&flat.backward()).unwrap().into_data();
@@ -332,12 +327,7 @@ fn forward_with_predictions_keeps_the_labels_shape() {
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
             let data = HeadData::random(73, 6, 5, classes);
             let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-            let head = FusedHead {
-                weight: Param::from_tensor(w),
-                bias: Param::from_tensor(b),
-                precision: HeadPrecision::Exact,
-                activation,
-            };
+            let head = exact_head(w, b, activation);
             let context = format!("C = {classes}, {activation:?}");
             let (flat_loss, flat) = head.forward_with_predictions(x.clone(), labels.clone());
             let x3 = x.clone().reshape([2, 3, 5]);
@@ -374,12 +364,7 @@ fn forward_classification_is_the_loss_and_the_one_hot_predictions() {
     for classes in [7, 40] {
         let data = HeadData::random(29, 9, 5, classes);
         let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-        let head = FusedHead {
-            weight: Param::from_tensor(w),
-            bias: Param::from_tensor(b),
-            precision: HeadPrecision::Exact,
-            activation: HeadActivation::Relu,
-        };
+        let head = exact_head(w, b, HeadActivation::Relu);
         let out = head.forward_classification(x.clone(), labels.clone());
         let (loss, predictions) = head.forward_with_predictions(x, labels.clone());
         assert_eq!(
@@ -423,12 +408,7 @@ fn forward_classification_of_an_empty_batch() {
     let device = &device();
     let data = HeadData::random(29, 0, 5, 7);
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-    let head = FusedHead {
-        weight: Param::from_tensor(w),
-        bias: Param::from_tensor(b),
-        precision: HeadPrecision::Exact,
-        activation: HeadActivation::Relu,
-    };
+    let head = exact_head(w, b, HeadActivation::Relu);
     let out = head.forward_classification(x, labels);
     assert_eq!(out.output.dims(), [0, 7]);
     assert_eq!(out.targets.dims(), [0]);
@@ -439,4 +419,18 @@ fn forward_classification_of_an_empty_batch() {
         .to_vec::<f64>()
         .unwrap();
     assert!(loss.len() == 1 && loss[0].is_nan(), "{loss:?}");
+}
+
+/// An exact-precision head with W and b as its parameters and `activation`.
+fn exact_head<K: Backend>(
+    w: Tensor<K, 2>,
+    b: Tensor<K, 1>,
+    activation: HeadActivation,
+) -> FusedHead<K> {
+    FusedHead {
+        weight: Param::from_tensor(w),
+        bias: Param::from_tensor(b),
+        precision: HeadPrecision::Exact,
+        activation,
+    }
 }
