@@ -17,6 +17,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use crate::backend::{
     FusedHeadBackend, HeadGradients, HeadLimits, HeadOptions, HeadWanted, predictions_of,
 };
+use crate::loss::{self as options_loss, HeadLoss, HeadReduction};
 
 /// Only the loss is overridden: the stages keep their stock-op bodies on `Autodiff`, which
 /// autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
@@ -41,6 +42,17 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
         options: HeadOptions,
     ) -> FloatTensor<Self> {
         tracked::<B, C>(x, weight, bias, labels, options, false).0
+    }
+
+    fn linear_relu_cross_entropy_loss(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        loss: &HeadLoss,
+        options: HeadOptions,
+    ) -> FloatTensor<Self> {
+        with_loss::<B, C>([x, weight, bias], labels, loss, options)
     }
 
     fn linear_relu_cross_entropy_and_predictions(
@@ -171,35 +183,6 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     options: HeadOptions,
     predict: bool,
 ) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
-    /// The backward step: scale and register.
-    #[derive(Debug)]
-    struct ScaleGradients;
-
-    impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
-        /// dX, dW and db for a unit upstream gradient, those of the tracked inputs.
-        type State = HeadGradients<B>;
-
-        fn backward(
-            self,
-            ops: Ops<Self::State, 3>,
-            grads: &mut Gradients,
-            _checkpointer: &mut Checkpointer,
-        ) {
-            let [node_x, node_weight, node_bias] = ops.parents;
-            let grad_loss = grads.consume::<B>(&ops.node); // [1]
-            let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
-            if is_one::<B>(&grad_loss) {
-                // A plain `loss.backward()`: `grad * 1` is `grad`, bit for bit; the scaling
-                // would read and write dW ([C, I]) once more.
-                register::<B>(grads, parents, ops.state, |g| g);
-            } else {
-                register::<B>(grads, parents, ops.state, |g| {
-                    scale::<B>(g, grad_loss.clone())
-                });
-            }
-        }
-    }
-
     let wanted = HeadWanted {
         x: !x.node.requirement.is_none(),
         weight: !weight.node.requirement.is_none(),
@@ -235,6 +218,253 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
             );
             (prep.finish(loss), predictions)
         }
+    }
+}
+
+/// The backward step of a call whose gradients were computed in the forward pass, for a unit
+/// upstream gradient: scale them by the upstream gradient `g` `[1]` and register them.
+#[derive(Debug)]
+struct ScaleGradients;
+
+impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
+    /// dX, dW and db for a unit upstream gradient, those of the tracked inputs.
+    type State = HeadGradients<B>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 3>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let [node_x, node_weight, node_bias] = ops.parents;
+        let grad_loss = grads.consume::<B>(&ops.node); // [1]
+        let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
+        if is_one::<B>(&grad_loss) {
+            // A plain `loss.backward()`: `grad * 1` is `grad`, bit for bit; the scaling
+            // would read and write dW ([C, I]) once more.
+            register::<B>(grads, parents, ops.state, |g| g);
+        } else {
+            register::<B>(grads, parents, ops.state, |g| {
+                scale::<B>(g, grad_loss.clone())
+            });
+        }
+    }
+}
+
+/// The tracked op under [`HeadLoss`] options (B > 0):
+/// - on B's streamed path (C > 32 on the CubeCL backends, no smoothing), the mean and the sum
+///   compute the gradients in the forward pass with each row's weight in the row kernel, and the
+///   backward step scales them ([`ScaleGradients`]); the per-row reduction computes the losses
+///   alone and its backward step runs the streamed pass again with `w[y] g[r]` as the row
+///   weights ([`RowsAgain`]): its upstream gradient is a vector, unknown before the step;
+/// - elsewhere, the materialized path keeps Z and each row's gradient G `[B, C]`, and the
+///   backward step runs B's fused backward on `G u` ([`Materialized`]).
+fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
+    [x, weight, bias]: [FloatTensor<Autodiff<B, C>>; 3],
+    labels: IntTensor<Autodiff<B, C>>,
+    loss: &HeadLoss,
+    options: HeadOptions,
+) -> FloatTensor<Autodiff<B, C>> {
+    let (dtype, shape) = (x.primitive.dtype(), x.primitive.shape());
+    let (batch, inputs, classes) = (shape[0], shape[1], weight.primitive.shape()[0]);
+    let nodes = [x.node.clone(), weight.node.clone(), bias.node.clone()];
+    let wanted = HeadWanted {
+        x: !x.node.requirement.is_none(),
+        weight: !weight.node.requirement.is_none(),
+        bias: !bias.node.requirement.is_none(),
+    };
+    let untracked = |x, weight, bias, labels| {
+        options_loss::forward_only::<B>([x, weight, bias], labels, loss, options)
+    };
+    let rows = options_loss::rows::<B>(
+        labels.clone(),
+        loss,
+        classes,
+        options_loss::sums_dtype(dtype),
+    );
+    let denominator = options_loss::denominator(&rows, loss);
+    let finish = |t: burn::tensor::Tensor<B, 1>| t.cast(dtype).into_primitive().tensor();
+
+    if !options_loss::streams::<B>(loss, batch, inputs, classes) {
+        return match (Materialized {
+            reduction: loss.reduction,
+            options,
+        })
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let x_id = prep.checkpoint(&x);
+                let weight_id = prep.checkpoint(&weight);
+                let inputs = [x.primitive, weight.primitive, bias.primitive];
+                let (z, l, g) = options_loss::materialized::<B>(inputs, &rows, loss, options);
+                let out = options_loss::reduce(l, denominator.clone(), loss.reduction);
+                let denominator = denominator.map(|d| d.into_primitive().tensor());
+                prep.finish((x_id, weight_id, z, g, denominator), finish(out))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(untracked(
+                x.primitive,
+                weight.primitive,
+                bias.primitive,
+                labels,
+            )),
+        };
+    }
+
+    if loss.reduction == HeadReduction::None {
+        return match RowsAgain(options)
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (x, weight, bias) = (x.primitive, weight.primitive, bias.primitive);
+                let labels = rows.labels.clone().into_primitive();
+                let row_weight = rows.weight.clone().into_primitive().tensor();
+                let (l, _) = B::head_rows_loss_and_gradients(
+                    x.clone(),
+                    weight.clone(),
+                    bias.clone(),
+                    labels.clone(),
+                    row_weight.clone(),
+                    HeadWanted::NONE,
+                    options,
+                );
+                let out = options_loss::weighted_rows(l, &rows);
+                prep.finish((x, weight, bias, labels, row_weight), finish(out))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(untracked(
+                x.primitive,
+                weight.primitive,
+                bias.primitive,
+                labels,
+            )),
+        };
+    }
+
+    match ScaleGradients
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let rho = match denominator.clone() {
+                Some(d) => rows.weight.clone() / d,
+                None => rows.weight.clone(),
+            }; // [B]
+            let (l, grads) = B::head_rows_loss_and_gradients(
+                x.primitive,
+                weight.primitive,
+                bias.primitive,
+                rows.labels.clone().into_primitive(),
+                rho.into_primitive().tensor(),
+                wanted,
+                options,
+            );
+            let l = options_loss::weighted_rows(l, &rows);
+            let out = options_loss::reduce(l, denominator, loss.reduction);
+            prep.finish(grads, finish(out))
+        }
+        OpsKind::UnTracked(prep) => prep.finish(untracked(
+            x.primitive,
+            weight.primitive,
+            bias.primitive,
+            labels,
+        )),
+    }
+}
+
+/// The materialized path's backward step: each row's upstream gradient `u` (`g / sum w`, `g`
+/// or `g[r]`), `dH = G u`, then B's fused backward.
+#[derive(Debug)]
+struct Materialized {
+    reduction: HeadReduction,
+    options: HeadOptions,
+}
+
+impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
+    /// X and W as checkpointed parents, Z and G `[B, C]`, and the mean's denominator `[1]`.
+    type State = (
+        NodeId,
+        NodeId,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        Option<FloatTensor<B>>,
+    );
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 3>,
+        grads: &mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) {
+        use burn::tensor::{Tensor, TensorPrimitive};
+        let [node_x, node_weight, node_bias] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node); // [1], or [B] for `none`
+        let (x_id, weight_id, z, g, denominator) = ops.state;
+        let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
+        let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
+        let wanted = HeadWanted {
+            x: node_x.is_some(),
+            weight: node_weight.is_some(),
+            bias: node_bias.is_some(),
+        };
+        let batch = z.shape()[0];
+        let float = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
+        let u =
+            options_loss::row_upstream(float(grad), denominator.map(float), self.reduction, batch);
+        let out =
+            options_loss::materialized_backward::<B>([x, weight, z], g, u, wanted, self.options);
+        let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
+        register::<B>(grads, parents, out, |g| g);
+    }
+}
+
+/// The per-row reduction's backward step on the streamed path: the pass again, with
+/// `w[y] g[r]` as each row's weight, for the wanted gradients.
+#[derive(Debug)]
+struct RowsAgain(HeadOptions);
+
+impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
+    /// X, W, b, the labels (ignored rows mapped to 0) and `w[y]` per row.
+    type State = (
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        IntTensor<B>,
+        FloatTensor<B>,
+    );
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 3>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        use burn::tensor::{Tensor, TensorPrimitive};
+        let [node_x, node_weight, node_bias] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node); // [B]
+        let (x, weight, bias, labels, row_weight) = ops.state;
+        let wanted = HeadWanted {
+            x: node_x.is_some(),
+            weight: node_weight.is_some(),
+            bias: node_bias.is_some(),
+        };
+        let row_weight = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(row_weight));
+        let grad = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad));
+        let rho = grad.cast(row_weight.dtype()) * row_weight; // [B]
+        let (_, out) = B::head_rows_loss_and_gradients(
+            x,
+            weight,
+            bias,
+            labels,
+            rho.into_primitive().tensor(),
+            wanted,
+            self.0,
+        );
+        let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
+        register::<B>(grads, parents, out, |g| g);
     }
 }
 

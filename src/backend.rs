@@ -476,6 +476,75 @@ pub trait FusedHeadBackend: Backend {
         (loss, predictions)
     }
 
+    /// The per-row losses `[B]`, unweighted (f32, or f64 for f64 inputs), and for the row
+    /// weights `rho` `[B]` (same dtype) the wanted gradients of `sum_r rho[r] loss[r]`: the
+    /// streamed path's step under [`HeadLoss`](crate::HeadLoss) options without smoothing
+    /// (`rho` is `w[y] / sum w` for the mean, `w[y]` for the sum, `w[y] g[r]` in the backward
+    /// step of the per-row reduction). A label outside `[0, C)` gets a NaN loss and a NaN
+    /// gradient row.
+    ///
+    /// The default computes Z with [`head_logits`](Self::head_logits), the row algebra with
+    /// stock ops on `[B, C]`, and the gradients with [`head_backward`](Self::head_backward);
+    /// the CubeCL backends at C > 32 run the streamed path with `rho` in its row kernel.
+    fn head_rows_loss_and_gradients(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        rho: FloatTensor<Self>,
+        wanted: HeadWanted,
+        options: HeadOptions,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
+        crate::loss::rows_loss_and_gradients::<Self>(
+            [x, weight, bias],
+            labels,
+            rho,
+            wanted,
+            options,
+        )
+    }
+
+    /// The row algebra of [`HeadLoss`](crate::HeadLoss) options on `H = act(Z)`, Z `[B, C]`:
+    /// the per-row losses `L` `[B]` (f32, or f64 for f64 inputs) and their gradients
+    /// `G = dL[r]/dH[r]` `[B, C]` (Z's dtype), for the materialized path. `labels` `[B]` have
+    /// the ignored rows' mapped to 0; `row_weight` is `w[y]` per row (0 ignored, NaN for a
+    /// label outside `[0, C)`), `keep` 0 for an ignored row and 1 elsewhere; `class_weights`
+    /// `[C]` and `smoothing` as in `HeadLoss`. The default is stock ops; `Fusion` runs its
+    /// inner backend's as one operation.
+    fn head_row_losses(
+        z: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        row_weight_and_keep: [FloatTensor<Self>; 2],
+        class_weights: Option<FloatTensor<Self>>,
+        smoothing: f32,
+        activation: HeadActivation,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        crate::loss::row_losses::<Self>(
+            z,
+            labels,
+            row_weight_and_keep,
+            class_weights,
+            smoothing,
+            activation,
+        )
+    }
+
+    /// The op under [`HeadLoss`](crate::HeadLoss) options, `[1]` (`[B]` for
+    /// [`HeadReduction::None`](crate::HeadReduction)): what
+    /// [`crate::linear_relu_cross_entropy_loss`] runs for options that are not plain, B > 0.
+    /// The default computes the result alone; [`Autodiff`](burn::backend::Autodiff) overrides
+    /// it with a tracked op.
+    fn linear_relu_cross_entropy_loss(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        loss: &crate::HeadLoss,
+        options: HeadOptions,
+    ) -> FloatTensor<Self> {
+        crate::loss::forward_only::<Self>([x, weight, bias], labels, loss, options)
+    }
+
     /// The loss alone, `[1]`: [`head_loss_and_gradients`](Self::head_loss_and_gradients) with
     /// no gradient wanted. [`Autodiff`](burn::backend::Autodiff) overrides this with a tracked
     /// op whose backward step produces the gradients.

@@ -22,6 +22,16 @@ enum Stage {
     Forward(HeadOptions),
     Backward(HeadWanted, HeadOptions),
     LossAndGradients(HeadWanted, HeadOptions),
+    /// Inputs X, W, b, the labels and the row weights; outputs the per-row losses, then the
+    /// wanted gradients.
+    RowsLossAndGradients(HeadWanted, HeadOptions),
+    /// Inputs Z, the labels, the rows' weights and keep flags, then (with `weighted`) the
+    /// class weights; outputs the per-row losses and their gradients `[B, C]`.
+    RowLosses {
+        smoothing: f32,
+        activation: HeadActivation,
+        weighted: bool,
+    },
     /// Outputs: the loss, the predictions (int), then the wanted gradients.
     LossGradientsPredictions(HeadWanted, HeadOptions),
     Logits(HeadOptions),
@@ -40,6 +50,11 @@ impl Stage {
             Stage::Forward(o) => variant(o, FORWARD),
             Stage::Backward(_, o) => variant(o, BACKWARD),
             Stage::LossAndGradients(_, o) => variant(o, LOSS_AND_GRADIENTS),
+            Stage::RowsLossAndGradients(_, o) => variant(o, ROWS_LOSS_AND_GRADIENTS),
+            Stage::RowLosses { activation, .. } => match activation {
+                HeadActivation::Relu => "fused_head_row_losses",
+                HeadActivation::Identity => "fused_head_row_losses_identity",
+            },
             Stage::LossGradientsPredictions(_, o) => variant(o, LOSS_GRADIENTS_PREDICTIONS),
             Stage::Logits(o) => variant(o, LOGITS),
             Stage::LinearReluForward => "fused_head_linear_relu_forward",
@@ -77,6 +92,16 @@ const LOSS_AND_GRADIENTS: Variants = [
     [
         "fused_head_loss_and_gradients_tf32",
         "fused_head_loss_and_gradients_tf32_identity",
+    ],
+];
+const ROWS_LOSS_AND_GRADIENTS: Variants = [
+    [
+        "fused_head_rows_loss_and_gradients",
+        "fused_head_rows_loss_and_gradients_identity",
+    ],
+    [
+        "fused_head_rows_loss_and_gradients_tf32",
+        "fused_head_rows_loss_and_gradients_tf32_identity",
     ],
 ];
 const LOSS_GRADIENTS_PREDICTIONS: Variants = [
@@ -166,6 +191,38 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                     options,
                 );
                 std::iter::once(loss).chain(wanted_outputs(grads)).collect()
+            }
+            Stage::RowsLossAndGradients(wanted, options) => {
+                let labels = handles.get_int_tensor::<B>(&inputs[3]);
+                let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
+                let (rows, grads) = B::head_rows_loss_and_gradients(
+                    float(0),
+                    float(1),
+                    float(2),
+                    labels,
+                    float(4),
+                    wanted,
+                    options,
+                );
+                std::iter::once(rows).chain(wanted_outputs(grads)).collect()
+            }
+            Stage::RowLosses {
+                smoothing,
+                activation,
+                weighted,
+            } => {
+                let labels = handles.get_int_tensor::<B>(&inputs[1]);
+                let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
+                let class_weights = weighted.then(|| float(4));
+                let (l, g) = B::head_row_losses(
+                    float(0),
+                    labels,
+                    [float(2), float(3)],
+                    class_weights,
+                    smoothing,
+                    activation,
+                );
+                vec![l, g]
             }
             Stage::Logits(options) => {
                 vec![B::head_logits(float(0), float(1), float(2), options)]
@@ -281,6 +338,60 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         let (loss, predictions, grads) =
             loss_stage::<B>(op, stage, [x, weight, bias], labels, wanted, true);
         (loss, grads, predictions.expect("predictions asked for"))
+    }
+
+    fn head_rows_loss_and_gradients(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        rho: FloatTensor<Self>,
+        wanted: HeadWanted,
+        options: HeadOptions,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
+        let op = "head_rows_loss_and_gradients";
+        let (batch, inputs, classes) =
+            crate::validate::linear_shapes(op, &x.shape, &weight.shape, &bias.shape);
+        let float_dtype = x.dtype;
+        let mut outputs = vec![(Shape::new([batch]), crate::loss::sums_dtype(float_dtype))];
+        outputs.extend(
+            wanted_shapes(wanted, batch, inputs, classes)
+                .into_iter()
+                .map(|shape| (shape, float_dtype)),
+        );
+        let client = x.client.clone();
+        let stage = Stage::RowsLossAndGradients(wanted, options);
+        let mut outputs =
+            register_typed::<B>(stage, vec![x, weight, bias, labels, rho], &outputs).into_iter();
+        start_queued(&client);
+        let rows = outputs.next().expect("the per-row losses");
+        (rows, take_wanted(wanted, outputs))
+    }
+
+    fn head_row_losses(
+        z: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        [row_weight, keep]: [FloatTensor<Self>; 2],
+        class_weights: Option<FloatTensor<Self>>,
+        smoothing: f32,
+        activation: HeadActivation,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [batch, classes] = dims2("head_row_losses", "Z [B, C]", &z);
+        let outputs = [
+            (Shape::new([batch]), crate::loss::sums_dtype(z.dtype)),
+            (Shape::new([batch, classes]), z.dtype),
+        ];
+        let stage = Stage::RowLosses {
+            smoothing,
+            activation,
+            weighted: class_weights.is_some(),
+        };
+        let mut inputs = vec![z, labels, row_weight, keep];
+        inputs.extend(class_weights);
+        let [l, g]: [_; 2] = register_typed::<B>(stage, inputs, &outputs)
+            .try_into()
+            .expect("two outputs");
+        (l, g)
     }
 
     fn head_linear_relu_forward(

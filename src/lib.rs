@@ -52,6 +52,7 @@ mod cube;
 #[cfg(feature = "cube")]
 mod fusion;
 pub mod gates;
+mod loss;
 mod module;
 mod ops;
 pub mod reference;
@@ -64,9 +65,10 @@ pub use backend::{
     FusedHeadBackend, HeadActivation, HeadForward, HeadGradients, HeadLimits, HeadOptions,
     HeadPrecision, HeadWanted,
 };
+pub use loss::{HeadLoss, HeadReduction};
 pub use module::{FusedHead, FusedHeadConfig};
 pub use ops::{
     LabelError, linear_relu_cross_entropy, linear_relu_cross_entropy_and_predictions,
-    linear_relu_cross_entropy_and_predictions_with, linear_relu_cross_entropy_with,
-    linear_relu_logits, linear_relu_logits_with, validate_labels,
+    linear_relu_cross_entropy_and_predictions_with, linear_relu_cross_entropy_loss,
+    linear_relu_cross_entropy_with, linear_relu_logits, linear_relu_logits_with, validate_labels,
 };

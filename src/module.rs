@@ -95,6 +95,26 @@ impl<B: FusedHeadBackend> FusedHead<B> {
         )
     }
 
+    /// The loss of `x` against `labels` under Burn's and PyTorch's cross-entropy options
+    /// (ignored rows, class weights, label smoothing, mean / sum / per-row), with the head's
+    /// options: `[1]`, or the per-row losses `[N]` for [`HeadReduction::None`](crate::HeadReduction).
+    /// See [`crate::linear_relu_cross_entropy_loss`].
+    pub fn forward_loss<const D: usize, const DL: usize>(
+        &self,
+        x: Tensor<B, D>,
+        labels: Tensor<B, DL, Int>,
+        loss: &crate::HeadLoss,
+    ) -> Tensor<B, 1> {
+        crate::linear_relu_cross_entropy_loss(
+            x,
+            self.weight.val(),
+            self.bias.val(),
+            labels,
+            loss,
+            self.options(),
+        )
+    }
+
     /// The loss, as [`forward`](Self::forward), and the predicted class of each row (the
     /// argmax over C of H, in the labels' shape), in one call: what a metric needs, without a
     /// second pass. See [`crate::linear_relu_cross_entropy_and_predictions`].

@@ -3,6 +3,7 @@
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 
 use crate::backend::{FusedHeadBackend, HeadOptions};
+use crate::loss::{HeadLoss, HeadReduction};
 use crate::validate;
 
 /// `mean_r cross_entropy(softmax(ReLU(X W^T + b))[r], labels[r])`, shape `[1]`.
@@ -69,6 +70,73 @@ pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend, const D: usize, const
         options.into(),
     );
     Tensor::from_primitive(TensorPrimitive::Float(loss))
+}
+
+/// The op under the cross-entropy options of Burn's `CrossEntropyLossConfig` and PyTorch's
+/// `cross_entropy`, [`HeadLoss`]: ignored rows (`ignore_index`, `pad_tokens`), class weights,
+/// label smoothing and the reductions mean, sum and none, with PyTorch's semantics. For row r
+/// with label y, `lp = log_softmax(act(X W^T + b)[r])`, class weights w and smoothing e:
+///
+/// ```text
+/// L[r] = (1 - e) w[y] (-lp[y]) + (e / C) sum_c w[c] (-lp[c])       (0 for an ignored row)
+/// mean = sum_r L[r] / sum_r w[y_r] (the rows not ignored)     sum = sum_r L[r]     none = L
+/// ```
+///
+/// Returns `[1]` for the mean and the sum, and for [`HeadReduction::None`] the `[N]` losses of
+/// the rows in order (`N = d0 .. dk`; `.reshape(labels.dims())` gives them the labels' shape);
+/// tracked on an [`Autodiff`](burn::backend::Autodiff) backend for any upstream gradient.
+///
+/// - Plain options ([`HeadLoss::is_plain`]) run [`linear_relu_cross_entropy_with`], bit for bit.
+/// - Without smoothing, C > 32 on the CubeCL backends runs the streamed path (no `[B, C]`
+///   tensor) with each row's weight in its row kernel; the per-row reduction computes its
+///   losses in the forward pass and runs the streamed pass again in the backward step, for
+///   the per-row upstream gradient (twice the products of the mean). Label smoothing, C <= 32 and
+///   the stock-op backends run the materialized path: Z from the op's logits kernels, the
+///   row algebra in stock ops on `[B, C]` (f32 for bf16 inputs), the gradients from the op's
+///   backward kernels; it holds Z and the rows' gradients, two `[B, C]` tensors.
+/// - A label outside `[0, C)` that is not ignored gives its row a NaN loss and NaN gradients:
+///   under the mean, the result and every gradient are NaN.
+/// - Every row ignored under the mean gives NaN (0 / 0), as PyTorch. An empty batch gives
+///   NaN (mean), 0 (sum) or `[0]` (none, untracked); its gradients are zero.
+///
+/// # Panics
+/// As [`linear_relu_cross_entropy`], and on class weights that are not `[C]` or not finite,
+/// or a smoothing outside `[0, 1]`.
+pub fn linear_relu_cross_entropy_loss<B: FusedHeadBackend, const D: usize, const DL: usize>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    labels: Tensor<B, DL, Int>,
+    loss: &HeadLoss,
+    options: impl Into<HeadOptions>,
+) -> Tensor<B, 1> {
+    let op = "linear_relu_cross_entropy_loss";
+    let options = options.into();
+    let labels = rows_of_labels(op, &x, labels); // [B]
+    let x = rows_of(op, x); // [B, I]
+    validate::head_tensors(op, &x, &weight, &bias, Some(&labels));
+    loss.check(op, weight.dims()[0]);
+    let batch = x.dims()[0];
+    if loss.is_plain() || (batch == 0 && loss.reduction == HeadReduction::Mean) {
+        return linear_relu_cross_entropy_with(x, weight, bias, labels, options);
+    }
+    if batch == 0 {
+        if loss.reduction == HeadReduction::None {
+            return Tensor::empty([0], (&x.device(), x.dtype()));
+        }
+        // The sum over no row: 0, tracked (the op's gradients of an empty batch are zero).
+        let nan = linear_relu_cross_entropy_with(x, weight, bias, labels, options);
+        return nan.clone().mask_fill(nan.is_nan(), 0);
+    }
+    let out = B::linear_relu_cross_entropy_loss(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        bias.into_primitive().tensor(),
+        labels.into_primitive(),
+        loss,
+        options,
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(out))
 }
 
 /// [`linear_relu_cross_entropy`] and the predicted class of each row, in one call (for metrics:

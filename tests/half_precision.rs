@@ -3,7 +3,7 @@
 //! `gates::half_slack` derives from each format; the same bits on every call; the predicted
 //! classes. Both activations; C <= 32 (the f32 kernels on the inputs as f32) and C > 32 (the
 //! native streamed path on cuBLASLt), with chunks of a few rows, an odd I (operands at 2-byte
-//! offsets), a prime B and an upstream gradient.
+//! offsets), a prime B and an upstream gradient; and rows ignored under `HeadLoss`.
 //!
 //! Every tensor here is made with an explicit dtype: Burn fixes a device type's default float
 //! dtype once per process.
@@ -133,6 +133,64 @@ fn bf16_predictions_are_the_rows_argmax() {
             &predictions,
             &h,
             classes,
+        );
+    }
+}
+
+/// Rows ignored under `HeadLoss` in bf16 (every fifth): the loss and the gradients are those of
+/// the rows kept, under the bf16 bound of the rows kept against the f64 reference on them (an
+/// ignored row's dZ is exactly 0, so it adds nothing to dW and db); the ignored rows' dX is 0.
+/// C <= 32 runs the materialized path in f32, C > 32 the native streamed path with its row
+/// weights.
+#[test]
+fn bf16_ignored_rows_give_the_step_of_the_rows_kept() {
+    use burn_fused_head::{HeadLoss, linear_relu_cross_entropy_loss};
+    let device = CudaDevice::default();
+    let loss = HeadLoss::new().with_ignore_index(Some(-100));
+    for &(batch, inputs, classes, elements) in SHAPES {
+        let full =
+            HeadData::random(17 + classes as u64, batch, inputs, classes).rounded_to(DType::BF16);
+        let ignored = |r: usize| r % 5 == 2;
+        let mut data = full.clone();
+        let mut kept = full.clone();
+        kept.x.clear();
+        kept.labels.clear();
+        for r in 0..batch {
+            if ignored(r) {
+                data.labels[r] = -100;
+            } else {
+                kept.x
+                    .extend_from_slice(&full.x[r * inputs..(r + 1) * inputs]);
+                kept.labels.push(full.labels[r]);
+            }
+        }
+        kept.batch = kept.labels.len();
+        let got = chunked(elements, || {
+            let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+            head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
+                linear_relu_cross_entropy_loss(x, w, b, l, &loss, HeadActivation::Relu)
+            })
+        });
+        let want = stock_grads(&kept, 1.0);
+        let slack = half_slack(&kept, 1.0, DType::BF16, HeadActivation::Relu);
+        let context = format!("bf16 ignored rows, B={batch} I={inputs} C={classes}");
+        let mut dx_kept = Vec::new();
+        for r in 0..batch {
+            let row = &got.dx[r * inputs..(r + 1) * inputs];
+            if ignored(r) {
+                assert!(row.iter().all(|&v| v == 0.0), "{context}: dX of row {r}");
+            } else {
+                dx_kept.extend_from_slice(row);
+            }
+        }
+        assert_gates(
+            &context,
+            &[
+                gate_with_slack("loss", &[got.loss], &[want.loss], &[slack.loss]),
+                gate_with_slack("dX", &dx_kept, &want.dx, &slack.dx),
+                gate_with_slack("dW", &got.dw, &want.dw, &slack.dw),
+                gate_with_slack("db", &got.db, &want.db, &slack.db),
+            ],
         );
     }
 }

@@ -65,7 +65,7 @@ fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
     if inputs[0].dtype != DType::F32
         && inputs[1].shape()[0] > SMALL_CLASSES
         && streamed::half_available(&inputs[0])
-        && let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, predict)
+        && let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, predict, None)
     {
         return out;
     }
@@ -101,7 +101,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let (loss, grads, _) = other_dtype_step(op, inputs, wanted, options, false);
             return (loss, grads);
         }
-        match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, false) {
+        match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, false, None) {
             Some((loss, grads, _)) => (loss, grads),
             None => {
                 let [x, weight, bias, labels] = inputs;
@@ -127,7 +127,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let (loss, grads, predictions) = other_dtype_step(op, inputs, wanted, options, true);
             return (loss, grads, predictions.expect("predictions asked for"));
         }
-        match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, true) {
+        match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, true, None) {
             Some((loss, grads, predictions)) => {
                 (loss, grads, predictions.expect("predictions asked for"))
             }
@@ -139,6 +139,37 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                 (loss, grads, predictions.expect("predictions asked for"))
             }
         }
+    }
+
+    fn head_rows_loss_and_gradients(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        labels: IntTensor<Self>,
+        rho: FloatTensor<Self>,
+        wanted: HeadWanted,
+        options: HeadOptions,
+    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
+        let op = "head_rows_loss_and_gradients";
+        let dtypes = [x.dtype, weight.dtype, bias.dtype];
+        // Natively streamed: f32 inputs as compiled, or bf16 where cuBLASLt runs them.
+        let native =
+            as_is::<F>(op, &dtypes) || (dtypes[0] == DType::BF16 && streamed::half_available(&x));
+        let inputs = [x, weight, bias, labels];
+        if native
+            && let Some((rows, grads, _)) =
+                streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, false, Some(rho.clone()))
+        {
+            return (rows, grads);
+        }
+        let [x, weight, bias, labels] = inputs;
+        crate::loss::rows_loss_and_gradients::<Self>(
+            [x, weight, bias],
+            labels,
+            rho,
+            wanted,
+            options,
+        )
     }
 
     fn head_linear_relu_forward(
@@ -316,6 +347,7 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     wanted: HeadWanted,
     options: HeadOptions,
     predict: bool,
+    rho: Option<CubeTensor<R>>,
 ) -> Option<streamed::LossAndGradients<R, F, I, BT>> {
     let [x, weight, bias, labels] = inputs;
     let (batch, inputs_dim, classes) = check_with_labels::<R>(op, x, weight, bias, labels);
@@ -331,6 +363,7 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         tf32,
         options.relu(),
         predict,
+        rho,
     );
     start_queued::<R>(&device);
     Some(out)

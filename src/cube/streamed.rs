@@ -120,7 +120,9 @@ pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
 }
 
 /// The loss `[1]` and the wanted gradients for a unit upstream gradient, chunk by chunk, and
-/// with `predict` the predicted class of each row (`[B]`, the labels' dtype). X, W, b and the
+/// with `predict` the predicted class of each row (`[B]`, the labels' dtype). With
+/// `row_weights` (`[B]`, f32), the gradients of `sum_r row_weights[r] loss[r]` and, in
+/// place of the mean, the per-row losses `[B]` in f32, unweighted. X, W, b and the
 /// labels are checked by the caller; B > 0 and I > 0. The float inputs are f32 (then `F` is
 /// f32), or bf16 where [`half_available`] says so.
 pub(super) fn loss_and_gradients<
@@ -135,6 +137,7 @@ pub(super) fn loss_and_gradients<
     tf32: bool,
     relu: bool,
     predict: bool,
+    row_weights: Option<CubeTensor<R>>,
 ) -> LossAndGradients<R, F, I, BT> {
     let (x, weight, bias, labels) = (
         contiguous(x),
@@ -162,6 +165,12 @@ pub(super) fn loss_and_gradients<
             .then(|| empty_of::<R>(&x, [classes, inputs], sums)), // [C, I]
         bias: wanted.bias.then(|| empty_of::<R>(&x, [classes], sums)), // [C]
     };
+    // The rows' weights [B] (f32), or one element the row kernel never reads.
+    let weighted = row_weights.is_some();
+    let row_weights = match row_weights {
+        Some(w) => contiguous(w),
+        None => empty_of::<R>(&x, [1], sums),
+    };
     let launch_rows = match dtype {
         DType::BF16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16>),
         _ => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, f32>),
@@ -176,6 +185,8 @@ pub(super) fn loss_and_gradients<
         predict,
         dz_half: &dz_half,
         half: copy,
+        row_weights: &row_weights,
+        weighted,
         launch_rows,
         batch,
         tf32,
@@ -195,8 +206,13 @@ pub(super) fn loss_and_gradients<
             chunk.on_cubecl::<F, I, BT>(first, rows.min(batch - first), &mut grads);
         }
     }
-    // f32 sums rounded once to the inputs' type (nothing done for f32 inputs).
-    let loss = cast(mean_of_parts::<R, f32>(loss_rows, batch), dtype);
+    // f32 sums rounded once to the inputs' type (nothing done for f32 inputs); weighted, the
+    // caller reduces the f32 rows.
+    let loss = if weighted {
+        loss_rows
+    } else {
+        cast(mean_of_parts::<R, f32>(loss_rows, batch), dtype)
+    };
     (
         loss,
         HeadGradients {
@@ -232,6 +248,9 @@ struct Chunk<'a, R: CubeRuntime> {
     /// bf16 inputs with dX or dW wanted: the row kernel also writes `dz_half`, the operand of
     /// those products. (P and the sums are f32 for bf16 inputs either way.)
     half: bool,
+    /// With `weighted`, each row's dZ scale `[B]` (f32), else one element never read.
+    row_weights: &'a CubeTensor<R>,
+    weighted: bool,
     launch_rows: RowsLaunch<R>,
     batch: usize,
     tf32: bool,
@@ -337,6 +356,7 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
             chunk.loss_rows.clone().into_tensor_arg(),
             chunk.predictions.clone().into_tensor_arg(),
             chunk.dz_half.clone().into_tensor_arg(),
+            chunk.row_weights.clone().into_tensor_arg(),
             first,
             chunk.batch,
             f32::NAN,
@@ -344,6 +364,7 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
             chunk.relu,
             chunk.predict,
             chunk.half,
+            chunk.weighted,
         );
     }
 }

@@ -27,6 +27,11 @@ use crate::softmax_ce::{checked_label, row_grad, row_loss};
 /// and each dZ is also written rounded to `E` into `dz_half`; without, `E` is `F` and
 /// `dz_half` is never touched.
 ///
+/// With `weighted`, the row's dZ is scaled by `row_weights[first + row]` where it is by
+/// `1 / B` without (the gradient of `sum_r row_weights[r] loss[r]`: class weights, ignored
+/// rows, a sum or a per-row upstream gradient); the row's loss is written unweighted either
+/// way. Without, `row_weights` is never touched.
+///
 /// With `predict`, also `predictions[first + row]` = the row's argmax of H (the first class of
 /// the largest value), found with the maximum: each unit keeps the first class of its largest
 /// value, and the tree keeps the larger value, then the smaller class. Without, `predictions`
@@ -39,6 +44,7 @@ pub fn chunk_rows<F: Float, E: Float, L: Int>(
     loss: &mut Tensor<F>,
     predictions: &mut Tensor<L>,
     dz_half: &mut Tensor<E>,
+    row_weights: &Tensor<F>,
     first: usize,
     batch: usize,
     nan: f32,
@@ -46,6 +52,7 @@ pub fn chunk_rows<F: Float, E: Float, L: Int>(
     #[comptime] relu: bool,
     #[comptime] predict: bool,
     #[comptime] half: bool,
+    #[comptime] weighted: bool,
 ) {
     let rows = p.shape(0);
     let classes = p.shape(1);
@@ -111,7 +118,11 @@ pub fn chunk_rows<F: Float, E: Float, L: Int>(
 
     // 5. dZ from the same m and d, over P.
     let inv_d = F::new(1.0) / d;
-    let inv_batch = F::new(1.0) / F::cast_from(batch);
+    let scale = if weighted {
+        row_weights[first + row]
+    } else {
+        F::new(1.0) / F::cast_from(batch)
+    };
     let mut j = unit;
     while j < classes {
         let z = p[base + j] + F::cast_from(bias[j]);
@@ -121,7 +132,7 @@ pub fn chunk_rows<F: Float, E: Float, L: Int>(
             inv_d,
             j == target,
             valid,
-            inv_batch,
+            scale,
             nan,
         );
         let dz = activation_grad::<F>(z, dh, relu);

@@ -1,0 +1,215 @@
+//! `linear_relu_cross_entropy_loss` under every `HeadLoss` option (ignored rows, class weights,
+//! label smoothing, the three reductions) against PyTorch's `cross_entropy` formula, written
+//! here in stock Burn ops on NdArray f64 from a coefficient matrix built on the host (no code of
+//! the crate's own), its gradients from Burn's autodiff. Each test is written once, in
+//! `loss_options/cases.rs`, and runs on every backend of the build (`on_backend!` at the
+//! bottom); both activations, C <= 32 (the materialized path) and C > 32 (on the CubeCL
+//! backends, the streamed path, in chunks that split the batch).
+
+mod common;
+
+use burn::backend::Autodiff;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_fused_head::reference::HeadData;
+use burn_fused_head::{
+    FusedHeadBackend, HeadActivation, HeadLoss, HeadReduction, linear_relu_cross_entropy_loss,
+    linear_relu_cross_entropy_with,
+};
+use common::{Reference, assert_gates, chunked, reference_device, to_f64};
+
+use burn_fused_head::gates::gate;
+
+/// The result (one value, or one per row) and the gradients of `sum(result * upstream)`.
+#[derive(Debug)]
+struct Outcome {
+    out: Vec<f64>,
+    dx: Vec<f64>,
+    dw: Vec<f64>,
+    db: Vec<f64>,
+}
+
+/// Whether PyTorch's `cross_entropy` with `loss` ignores the label `y`.
+fn ignored(loss: &HeadLoss, y: i64) -> bool {
+    loss.ignore_index == Some(y) || loss.pad_tokens.iter().flatten().any(|&t| t as i64 == y)
+}
+
+/// PyTorch's `cross_entropy(act(X W^T + b), labels, weight, ignore_index, reduction,
+/// label_smoothing)` on NdArray f64, its gradients by Burn's autodiff: `L[r] = -sum_c A[r, c]
+/// lp[r, c]` with `A[r, c] = (1 - e) w[y] [c = y] + (e / C) w[c]` (0 for an ignored row), the
+/// mean dividing by the sum of `w[y]` over the rows not ignored.
+fn pytorch(data: &HeadData, loss: &HeadLoss, act: HeadActivation, upstream: &[f64]) -> Outcome {
+    type AB = Autodiff<Reference>;
+    let device = reference_device();
+    let (x, w, b, _) = data.tensors::<AB>(&device, DType::F64);
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let (n, c) = (data.batch, data.classes);
+    let class_weight = |k: usize| loss.weights.as_ref().map_or(1.0, |w| w[k] as f64);
+    let e = loss.smoothing.unwrap_or(0.0) as f64;
+    let mut a = vec![0.0; n * c];
+    let mut total = 0.0;
+    for (r, &y) in data.labels.iter().enumerate() {
+        if ignored(loss, y) {
+            continue;
+        }
+        let y = y as usize;
+        for k in 0..c {
+            a[r * c + k] = e / c as f64 * class_weight(k);
+        }
+        a[r * c + y] += (1.0 - e) * class_weight(y);
+        total += class_weight(y);
+    }
+    let a = Tensor::<AB, 2>::from_data(TensorData::new(a, [n, c]), (&device, DType::F64));
+    let z = x.clone().matmul(w.clone().transpose()) + b.clone().unsqueeze_dim(0);
+    let h = match act {
+        HeadActivation::Relu => burn::tensor::activation::relu(z),
+        HeadActivation::Identity => z,
+    };
+    let l = -(log_softmax(h, 1) * a).sum_dim(1).squeeze_dim::<1>(1); // [B]
+    let out = match loss.reduction {
+        HeadReduction::Mean => l.sum() / total,
+        HeadReduction::Sum => l.sum(),
+        HeadReduction::None => l,
+    };
+    let v = Tensor::<AB, 1>::from_data(
+        TensorData::new(upstream.to_vec(), [upstream.len()]),
+        (&device, DType::F64),
+    );
+    let grads = (out.clone() * v).sum().backward();
+    Outcome {
+        out: to_f64(out),
+        dx: to_f64(x.grad(&grads).unwrap()),
+        dw: to_f64(w.grad(&grads).unwrap()),
+        db: to_f64(b.grad(&grads).unwrap()),
+    }
+}
+
+/// The same through our op on `Autodiff<B>`.
+fn ours<B: FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    loss: &HeadLoss,
+    act: HeadActivation,
+    upstream: &[f64],
+) -> Outcome {
+    let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let out = linear_relu_cross_entropy_loss(x.clone(), w.clone(), b.clone(), labels, loss, act);
+    let v = Tensor::<Autodiff<B>, 1>::from_data(
+        TensorData::new(
+            upstream.iter().map(|&u| u as f32).collect(),
+            [upstream.len()],
+        ),
+        (device, DType::F32),
+    );
+    let grads = (out.clone() * v).sum().backward();
+    Outcome {
+        out: to_f64(out),
+        dx: to_f64(x.grad(&grads).unwrap()),
+        dw: to_f64(w.grad(&grads).unwrap()),
+        db: to_f64(b.grad(&grads).unwrap()),
+    }
+}
+
+/// A batch of `batch` rows whose labels at `ignored_rows` become `ignore`.
+fn data(
+    seed: u64,
+    batch: usize,
+    inputs: usize,
+    classes: usize,
+    ignore: &[(usize, i64)],
+) -> HeadData {
+    let mut data = HeadData::random(seed, batch, inputs, classes);
+    for &(r, y) in ignore {
+        data.labels[r] = y;
+    }
+    data
+}
+
+/// One upstream value per element of the result: 0.7 for `[1]`, then a spread over rows.
+fn upstream(loss: &HeadLoss, batch: usize) -> Vec<f64> {
+    match loss.reduction {
+        HeadReduction::None => (0..batch).map(|r| 0.5 + (r % 7) as f64 * 0.25).collect(),
+        _ => vec![0.7],
+    }
+}
+
+/// Ours on `B` against PyTorch's formula under the seed's gates, both activations, with chunks
+/// of `chunk` floats (0: the crate's rule).
+fn check<B: FusedHeadBackend>(
+    device: &B::Device,
+    context: &str,
+    data: &HeadData,
+    loss: &HeadLoss,
+    chunk: usize,
+) {
+    for act in [HeadActivation::Relu, HeadActivation::Identity] {
+        let u = upstream(loss, data.batch);
+        let got = chunked(chunk, || ours::<B>(device, data, loss, act, &u));
+        let want = pytorch(data, loss, act, &u);
+        assert_gates(
+            &format!("{context}, {act:?}"),
+            &[
+                gate("result", &got.out, &want.out),
+                gate("dX", &got.dx, &want.dx),
+                gate("dW", &got.dw, &want.dw),
+                gate("db", &got.db, &want.db),
+            ],
+        );
+    }
+}
+
+/// The tests of `loss_options/cases.rs`, each written once there, on one backend `B`.
+macro_rules! on_backend {
+    ($name:ident, $backend:ty, $device:expr) => {
+        mod $name {
+            use super::*;
+
+            type B = $backend;
+
+            fn device() -> burn::tensor::Device<B> {
+                $device
+            }
+
+            include!("loss_options/cases.rs");
+        }
+    };
+}
+
+on_backend!(
+    ndarray,
+    burn::backend::NdArray<f32>,
+    burn::backend::ndarray::NdArrayDevice::Cpu
+);
+#[cfg(feature = "flex")]
+on_backend!(flex, burn::backend::Flex, Default::default());
+/// Burn 0.21 deprecates its Candle backend; the tests run on it while Burn ships it.
+#[cfg(feature = "candle")]
+#[allow(deprecated)]
+type Candle = burn::backend::Candle;
+#[cfg(feature = "candle")]
+on_backend!(candle, Candle, Default::default());
+#[cfg(feature = "wgpu")]
+on_backend!(
+    wgpu_fusion,
+    burn::backend::Vulkan,
+    burn_fused_head::vulkan::device()
+);
+#[cfg(feature = "wgpu")]
+on_backend!(
+    wgpu_raw,
+    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
+    burn_fused_head::vulkan::device()
+);
+#[cfg(feature = "cuda")]
+on_backend!(
+    cuda_fusion,
+    burn::backend::Cuda,
+    burn::backend::cuda::CudaDevice::default()
+);
+#[cfg(feature = "cuda")]
+on_backend!(
+    cuda_raw,
+    burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>,
+    burn::backend::cuda::CudaDevice::default()
+);
