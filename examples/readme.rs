@@ -10,7 +10,7 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
-use burn_fused_head::{FusedHead, FusedHeadBackend, FusedHeadConfig, HeadPrecision};
+use burn_fused_head::{FusedHead, FusedHeadBackend, FusedHeadConfig, HeadLoss, HeadPrecision};
 
 #[derive(Module, Debug)]
 struct Model<B: Backend> {
@@ -29,10 +29,11 @@ impl<B: FusedHeadBackend> Model<B> {
         }
     }
 
-    /// The mean cross-entropy, `[1]`: `loss.backward()` reaches X, W and b.
-    fn loss(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    /// The cross-entropy under `options` (`HeadLoss::new()`: the mean), `[1]`:
+    /// `loss.backward()` reaches X, W and b.
+    fn loss(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>, options: &HeadLoss) -> Tensor<B, 1> {
         let h = Relu::new().forward(self.hidden.forward(x)); // [B, 256]
-        self.head.forward(h, labels)
+        self.head.forward_loss(h, labels, options)
     }
 
     /// The predicted class of each row, `[B]`.
@@ -47,8 +48,11 @@ fn train<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
     let mut optim = AdamConfig::new().init();
     let x = Tensor::<B, 2>::random([64, 784], Distribution::Normal(0.0, 1.0), device);
     let labels = Tensor::<B, 1, Int>::arange(0..64, device).remainder_scalar(10);
+    // Burn's and PyTorch's options: here rows labelled -100 (padding) count for nothing.
+    let labels = labels.clone().mask_fill(labels.equal_elem(9), -100);
+    let options = HeadLoss::new().with_ignore_index(Some(-100));
     for step in 0..5 {
-        let loss = model.loss(x.clone(), labels.clone());
+        let loss = model.loss(x.clone(), labels.clone(), &options);
         println!("step {step}: loss {}", loss.clone().into_scalar());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model, grads);
