@@ -7,6 +7,19 @@
 //!
 //! cargo run --release --example learner_digits --features train          # NdArray
 //! cargo run --release --example learner_digits --features train,cuda     # the CUDA kernels
+//! cargo run --release --example learner_digits --features train,cuda -- --devices 2
+//!
+//! cargo run --release --example learner_digits --features ddp -- --devices 2 --ddp
+//!
+//! `--devices N` trains with burn-train's `ExecutionStrategy::multi` on N devices (device
+//! indices 0 to N - 1 on CUDA; N copies of the one device on NdArray and Vulkan), the
+//! multi-device strategy that needs no NCCL: each device runs its own batches and the main
+//! device sums their gradients and steps the optimizer (`MultiDeviceOptim::OptimMainDevice`).
+//! With `--ddp` (feature `ddp`: CUDA, burn-train's `ddp`, Burn's `distributed`), it trains
+//! with `ExecutionStrategy::ddp` instead: one model per GPU, gradients all-reduced (the mean)
+//! by NCCL during the backward pass. The feature changes Burn's `Autodiff` bounds for the
+//! whole build (`Autodiff<NdArray>` is no longer an `AutodiffBackend`, Burn #4794), so it
+//! stays off for the tests; see `docs/ddp.md`.
 
 #[path = "train_digits.rs"]
 mod digits;
@@ -25,7 +38,8 @@ use burn::tensor::{DType, Element, ElementConversion, Int, Tensor, TensorData};
 use burn_fused_head::{FusedHead, FusedHeadBackend};
 use burn_train::metric::{AccuracyMetric, LossMetric};
 use burn_train::{
-    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+    ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, MultiDeviceOptim,
+    SupervisedTraining, TrainOutput, TrainStep,
 };
 use digits::{Digits, LEARNING_RATE, Mlp, load_digits};
 
@@ -138,7 +152,7 @@ steps!(StockModel, Backend);
 /// Trains `$model` with burn-train's `Learner` for [`EPOCHS`], the test split as its
 /// validation, checkpoints in `$dir`; evaluates to the trained (inner) model.
 macro_rules! fit {
-    ($model:expr, $digits:expr, $dir:expr) => {{
+    ($model:expr, $digits:expr, $dir:expr, $strategy:expr) => {{
         let digits: &Digits = $digits;
         let f = digits.features;
         let train = DataLoaderBuilder::new(DigitBatcher)
@@ -159,6 +173,10 @@ macro_rules! fit {
             .with_file_checkpointer(CompactRecorder::new())
             .num_epochs(EPOCHS)
             .summary();
+        let training = match $strategy {
+            Some(strategy) => training.with_training_strategy(strategy.into()),
+            None => training,
+        };
         let learner = Learner::new($model, AdamConfig::new().init(), LEARNING_RATE);
         training.launch(learner).model
     }};
@@ -172,16 +190,28 @@ fn accuracy<B: Backend>(out: ClassificationOutput<B>) -> f64 {
     correct.elem::<i64>() as f64 / n as f64
 }
 
-fn run<B>(backend: &str, device: B::Device)
-where
+/// burn-train's strategy for `devices`: none (its default, one device) for one,
+/// `ExecutionStrategy::multi` for more.
+fn multi<B: AutodiffBackend>(devices: &[B::Device]) -> Option<ExecutionStrategy<B>> {
+    (devices.len() > 1)
+        .then(|| ExecutionStrategy::multi(devices.to_vec(), MultiDeviceOptim::OptimMainDevice))
+}
+
+fn run<B>(
+    backend: &str,
+    devices: Vec<B::Device>,
+    strategy: impl Fn(&[B::Device]) -> Option<ExecutionStrategy<B>>,
+) where
     B: AutodiffBackend + FusedHeadBackend,
     B::InnerBackend: FusedHeadBackend,
 {
+    let device = devices[0].clone();
     let digits = load_digits(SEED);
     println!(
-        "UCI digits: {} train, {} test; MLP 64 -> 64 -> 10; Adam lr {LEARNING_RATE}, batch {BATCH}, {EPOCHS} epochs; burn-train's Learner; {backend}",
+        "UCI digits: {} train, {} test; MLP 64 -> 64 -> 10; Adam lr {LEARNING_RATE}, batch {BATCH}, {EPOCHS} epochs; burn-train's Learner; {backend}, {} device(s)",
         digits.train_y.len(),
-        digits.test_y.len()
+        digits.test_y.len(),
+        devices.len()
     );
     // Both models from the same initial weights (`train_digits`' `Mlp`).
     let start = Mlp::<B>::new(&device, 64, SEED);
@@ -194,8 +224,8 @@ where
         head: start.stock,
     };
     let root = std::env::temp_dir().join("burn_fused_head_learner");
-    let fused = fit!(fused, &digits, root.join("fused"));
-    let stock = fit!(stock, &digits, root.join("stock"));
+    let fused = fit!(fused, &digits, root.join("fused"), strategy(&devices));
+    let stock = fit!(stock, &digits, root.join("stock"), strategy(&devices));
 
     let test = || {
         let items = split(&digits.test_x, &digits.test_y, digits.features);
@@ -209,14 +239,46 @@ where
     );
 }
 
+/// The number after `--devices` (1 without).
+fn device_count() -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == "--devices").map_or(1, |at| {
+        args[at + 1].parse().expect("--devices N: an integer")
+    })
+}
+
 fn main() {
+    let n = device_count();
+    #[cfg(feature = "ddp")]
+    if std::env::args().any(|a| a == "--ddp") {
+        use burn::tensor::backend::distributed::{DistributedConfig, ReduceOperation};
+        type B = burn::backend::Autodiff<burn::backend::Cuda>;
+        let ddp = |devices: &[burn::backend::cuda::CudaDevice]| {
+            let config = DistributedConfig {
+                all_reduce_op: ReduceOperation::Mean,
+            };
+            Some(ExecutionStrategy::<B>::ddp(devices.to_vec(), config))
+        };
+        let devices = (0..n).map(burn::backend::cuda::CudaDevice::new).collect();
+        run::<B>("Cuda (CUDA kernels), DDP", devices, ddp);
+        return;
+    }
     #[cfg(feature = "cuda")]
-    run::<burn::backend::Autodiff<burn::backend::Cuda>>("Cuda (CUDA kernels)", Default::default());
+    run::<burn::backend::Autodiff<burn::backend::Cuda>>(
+        "Cuda (CUDA kernels)",
+        (0..n).map(burn::backend::cuda::CudaDevice::new).collect(),
+        multi,
+    );
     #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
     run::<burn::backend::Autodiff<burn::backend::Vulkan>>(
         "Vulkan (wgpu kernels)",
-        Default::default(),
+        vec![Default::default(); n],
+        multi,
     );
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-    run::<burn::backend::Autodiff<burn::backend::NdArray>>("NdArray", Default::default());
+    run::<burn::backend::Autodiff<burn::backend::NdArray>>(
+        "NdArray",
+        vec![Default::default(); n],
+        multi,
+    );
 }
