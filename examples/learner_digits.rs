@@ -243,12 +243,18 @@ fn run<B>(
 fn device_count() -> usize {
     let args: Vec<String> = std::env::args().collect();
     args.iter().position(|a| a == "--devices").map_or(1, |at| {
-        args[at + 1].parse().expect("--devices N: an integer")
+        let n = args.get(at + 1).and_then(|n| n.parse().ok());
+        n.expect("--devices N: a number of devices after --devices")
     })
 }
 
 fn main() {
     let n = device_count();
+    #[cfg(not(feature = "ddp"))]
+    assert!(
+        !std::env::args().any(|a| a == "--ddp"),
+        "--ddp needs the `ddp` feature: cargo run --release --example learner_digits --features ddp -- --devices N --ddp"
+    );
     #[cfg(feature = "ddp")]
     if std::env::args().any(|a| a == "--ddp") {
         use burn::tensor::backend::distributed::{DistributedConfig, ReduceOperation};

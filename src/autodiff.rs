@@ -12,7 +12,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::TensorMetadata;
-use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::ops::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::backend::{
     FusedHeadBackend, HeadGradients, HeadLimits, HeadOptions, HeadWanted, predictions_of,
@@ -301,7 +301,8 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
                 let (z, l, g) = options_loss::materialized::<B>(inputs, &rows, loss, options);
                 let out = options_loss::reduce(l, denominator.clone(), loss.reduction);
                 let denominator = denominator.map(|d| d.into_primitive().tensor());
-                prep.finish((x_id, weight_id, z, g, denominator), finish(out))
+                let ignored = rows.ignored.clone().into_primitive();
+                prep.finish((x_id, weight_id, z, g, denominator, ignored), finish(out))
             }
             OpsKind::UnTracked(prep) => prep.finish(untracked(
                 x.primitive,
@@ -349,8 +350,9 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
         .stateful()
     {
         OpsKind::Tracked(prep) => {
+            // 0 on the ignored rows even where every row is (0 / 0 there): no gradient.
             let rho = match denominator.clone() {
-                Some(d) => rows.weight.clone() / d,
+                Some(d) => (rows.weight.clone() / d).mask_fill(rows.ignored.clone(), 0),
                 None => rows.weight.clone(),
             }; // [B]
             let (l, grads) = B::head_rows_loss_and_gradients(
@@ -384,13 +386,15 @@ struct Materialized {
 }
 
 impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
-    /// X and W as checkpointed parents, Z and G `[B, C]`, and the mean's denominator `[1]`.
+    /// X and W as checkpointed parents, Z and G `[B, C]`, the mean's denominator `[1]`, and
+    /// which rows are ignored `[B]`.
     type State = (
         NodeId,
         NodeId,
         FloatTensor<B>,
         FloatTensor<B>,
         Option<FloatTensor<B>>,
+        BoolTensor<B>,
     );
 
     fn backward(
@@ -402,7 +406,7 @@ impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
         use burn::tensor::{Tensor, TensorPrimitive};
         let [node_x, node_weight, node_bias] = ops.parents;
         let grad = grads.consume::<B>(&ops.node); // [1], or [B] for `none`
-        let (x_id, weight_id, z, g, denominator) = ops.state;
+        let (x_id, weight_id, z, g, denominator, ignored) = ops.state;
         let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
         let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
         let wanted = HeadWanted {
@@ -412,8 +416,11 @@ impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
         };
         let batch = z.shape()[0];
         let float = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
+        // 0 on the ignored rows even where every row is (g / 0 there): no gradient.
+        let ignored = Tensor::<B, 1, burn::tensor::Bool>::from_primitive(ignored);
         let u =
-            options_loss::row_upstream(float(grad), denominator.map(float), self.reduction, batch);
+            options_loss::row_upstream(float(grad), denominator.map(float), self.reduction, batch)
+                .mask_fill(ignored, 0);
         let out =
             options_loss::materialized_backward::<B>([x, weight, z], g, u, wanted, self.options);
         let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));

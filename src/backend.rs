@@ -477,7 +477,8 @@ pub trait FusedHeadBackend: Backend {
     }
 
     /// The per-row losses `[B]`, unweighted (f32, or f64 for f64 inputs), and for the row
-    /// weights `rho` `[B]` (same dtype) the wanted gradients of `sum_r rho[r] loss[r]`: the
+    /// weights `rho` `[B]` (in that dtype too: f32 for f32 and bf16 inputs; checked) the wanted
+    /// gradients of `sum_r rho[r] loss[r]`: the
     /// streamed path's step under [`HeadLoss`](crate::HeadLoss) options without smoothing
     /// (`rho` is `w[y] / sum w` for the mean, `w[y]` for the sum, `w[y] g[r]` in the backward
     /// step of the per-row reduction). A label outside `[0, C)` gets a NaN loss and a NaN

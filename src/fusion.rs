@@ -352,6 +352,13 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         let op = "head_rows_loss_and_gradients";
         let (batch, inputs, classes) =
             crate::validate::linear_shapes(op, &x.shape, &weight.shape, &bias.shape);
+        crate::validate::same_shape(op, "row weights", &rho.shape, "[B]", &[batch]);
+        let sums = crate::loss::sums_dtype(x.dtype);
+        assert!(
+            rho.dtype == sums,
+            "{op}: the row weights must be {sums:?}, got {:?}",
+            rho.dtype
+        );
         let float_dtype = x.dtype;
         let mut outputs = vec![(Shape::new([batch]), crate::loss::sums_dtype(float_dtype))];
         outputs.extend(

@@ -59,7 +59,9 @@ impl Default for HeadReduction {
 /// ```
 ///
 /// An ignored row (its label is `ignore_index` or one of `pad_tokens`) has no loss and no
-/// gradient and is left out of the mean's denominator, as PyTorch's `ignore_index`. (Burn
+/// gradient (a zero one; NaN where its own logits hold a NaN or an infinity, as PyTorch's) and
+/// is left out of the mean's denominator, as PyTorch's `ignore_index`. Every row ignored
+/// under the mean gives a NaN loss (0 / 0) and zero gradients, as PyTorch. (Burn
 /// 0.21's own `CrossEntropyLoss` leaves pad rows in its denominator, Burn issue #5568; this
 /// crate follows PyTorch so that the loss does not depend on how much padding a batch has.)
 #[derive(burn::config::Config, Debug, PartialEq)]
@@ -202,8 +204,9 @@ pub(crate) fn rows<B: Backend>(
 /// `[B]` (in [`sums_dtype`]) and their gradients `G = dL[r]/dH[r]` `[B, C]` (in Z's dtype) of
 /// `H = act(Z)`, the algebra of this module's documentation. `labels`, `row_weight` (`w[y]`)
 /// and `keep` (0 for an ignored row, else 1) are [`Rows`]'s; `class_weights` `[C]` and
-/// `smoothing` are [`HeadLoss`]'s. An ignored row's L and G are 0; a row whose label is
-/// outside `[0, C)` (not ignored: its weight is NaN) gets NaN in both.
+/// `smoothing` are [`HeadLoss`]'s. An ignored row's L is 0 and its G is 0 (NaN where its
+/// logits are not finite, as PyTorch's); a row whose label is outside `[0, C)` (not ignored:
+/// its weight is NaN) gets NaN in both.
 pub(crate) fn row_losses<B: Backend>(
     z: FloatTensor<B>,
     labels: IntTensor<B>,
@@ -260,8 +263,9 @@ pub(crate) fn row_losses<B: Backend>(
         l = l + smooth * scale.clone();
         g = g + (p * total - w) * scale;
     }
-    let l = l.mask_fill(ignored.clone(), 0).squeeze_dim::<1>(1); // [B]
-    let g = g.mask_fill(ignored.expand([batch, classes]), 0); // [B, C]
+    // An ignored row's G is `0 (p - onehot)`: 0, or NaN where its logits hold a NaN or an
+    // infinity, as PyTorch's (and the streamed path's) gradient; its loss is 0 whatever they hold.
+    let l = l.mask_fill(ignored, 0).squeeze_dim::<1>(1); // [B]
     (
         l.into_primitive().tensor(),
         g.cast(z_dtype).into_primitive().tensor(),

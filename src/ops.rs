@@ -96,8 +96,10 @@ pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend, const D: usize, const
 ///   backward kernels; it holds Z and the rows' gradients, two `[B, C]` tensors.
 /// - A label outside `[0, C)` that is not ignored gives its row a NaN loss and NaN gradients:
 ///   under the mean, the result and every gradient are NaN.
-/// - Every row ignored under the mean gives NaN (0 / 0), as PyTorch. An empty batch gives
-///   NaN (mean), 0 (sum) or `[0]` (none, untracked); its gradients are zero.
+/// - Every row ignored under the mean gives NaN (0 / 0) and zero gradients, as PyTorch. An
+///   ignored row has no loss and a zero gradient (NaN where its own logits are not finite, as
+///   PyTorch's). An empty batch gives NaN (mean), 0 (sum) or `[0]` (none, untracked); its
+///   gradients are zero.
 ///
 /// # Panics
 /// As [`linear_relu_cross_entropy`], and on class weights that are not `[C]` or not finite,

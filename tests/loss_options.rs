@@ -84,7 +84,7 @@ fn pytorch(data: &HeadData, loss: &HeadLoss, act: HeadActivation, upstream: &[f6
     }
 }
 
-/// The same through our op on `Autodiff<B>`.
+/// The same through our op on `Autodiff<B>`, in f32.
 fn ours<B: FusedHeadBackend>(
     device: &B::Device,
     data: &HeadData,
@@ -92,15 +92,24 @@ fn ours<B: FusedHeadBackend>(
     act: HeadActivation,
     upstream: &[f64],
 ) -> Outcome {
-    let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
+    ours_in::<B>(device, data, loss, act, upstream, DType::F32)
+}
+
+/// [`ours`] with the floats in `dtype`.
+fn ours_in<B: FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    loss: &HeadLoss,
+    act: HeadActivation,
+    upstream: &[f64],
+    dtype: DType,
+) -> Outcome {
+    let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, dtype);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
     let out = linear_relu_cross_entropy_loss(x.clone(), w.clone(), b.clone(), labels, loss, act);
     let v = Tensor::<Autodiff<B>, 1>::from_data(
-        TensorData::new(
-            upstream.iter().map(|&u| u as f32).collect(),
-            [upstream.len()],
-        ),
-        (device, DType::F32),
+        TensorData::new(upstream.to_vec(), [upstream.len()]).convert_dtype(dtype),
+        (device, dtype),
     );
     let grads = (out.clone() * v).sum().backward();
     Outcome {
@@ -149,6 +158,92 @@ fn check<B: FusedHeadBackend>(
         let want = pytorch(data, loss, act, &u);
         assert_gates(
             &format!("{context}, {act:?}"),
+            &[
+                gate("result", &got.out, &want.out),
+                gate("dX", &got.dx, &want.dx),
+                gate("dW", &got.dw, &want.dw),
+                gate("db", &got.db, &want.db),
+            ],
+        );
+    }
+}
+
+/// SplitMix64 (as `HeadData`'s): the random cases' fixed, portable sequence.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())]
+    }
+}
+
+/// A random case: a shape on both sides of C = 32, ignored rows (`ignore_index` outside or
+/// inside `[0, C)`, pad tokens), class weights in `[0.1, 2)`, a smoothing, a reduction and a
+/// chunk size (0: the crate's rule; else 1 to 4 rows). At least one row is kept.
+fn random_case(rng: &mut Rng) -> (HeadData, HeadLoss, usize) {
+    let classes = rng.pick(&[2, 5, 17, 32, 33, 40, 70]);
+    let (batch, inputs) = (1 + rng.below(24), 1 + rng.below(12));
+    let mut data = HeadData::random(rng.next(), batch, inputs, classes);
+    let mut loss = HeadLoss::new().with_reduction(rng.pick(&[
+        HeadReduction::Mean,
+        HeadReduction::Sum,
+        HeadReduction::None,
+    ]));
+    // Class 0 is never ignored (row 0 keeps it); the others may be.
+    let other = |rng: &mut Rng| 1 + rng.below(classes - 1);
+    match rng.below(4) {
+        0 => loss = loss.with_ignore_index(Some(-100)),
+        1 => loss = loss.with_ignore_index(Some(other(rng) as i64)),
+        2 => loss = loss.with_pad_tokens(Some(vec![other(rng), other(rng)])),
+        _ => {}
+    }
+    for r in 1..batch {
+        if rng.below(4) == 0 {
+            data.labels[r] = loss.ignore_index.unwrap_or(data.labels[r]);
+        }
+    }
+    data.labels[0] = 0;
+    if rng.below(2) == 0 {
+        let w = (0..classes)
+            .map(|_| 0.1 + rng.below(19) as f32 * 0.1)
+            .collect();
+        loss = loss.with_weights(Some(w));
+    }
+    if rng.below(2) == 0 {
+        loss = loss.with_smoothing(Some(rng.pick(&[0.05, 0.3, 1.0])));
+    }
+    let chunk = rng.pick(&[0, 1, 3, 4]) * classes;
+    (data, loss, chunk)
+}
+
+/// The f64 route (NdArray in f64: the losses and weights in f64), every option at once.
+#[test]
+fn in_f64_on_ndarray_every_option_matches_pytorch() {
+    type B = burn::backend::NdArray<f64>;
+    let device = reference_device();
+    let loss = HeadLoss::new()
+        .with_ignore_index(Some(-100))
+        .with_weights(Some((0..7).map(|k| 0.5 + k as f32 * 0.25).collect()))
+        .with_smoothing(Some(0.2))
+        .with_reduction(HeadReduction::Sum);
+    let data = data(24, 9, 6, 7, &[(2, -100)]);
+    for act in [HeadActivation::Relu, HeadActivation::Identity] {
+        let got = ours_in::<B>(&device, &data, &loss, act, &[0.7], DType::F64);
+        let want = pytorch(&data, &loss, act, &[0.7]);
+        assert_gates(
+            &format!("f64, {act:?}"),
             &[
                 gate("result", &got.out, &want.out),
                 gate("dX", &got.dx, &want.dx),

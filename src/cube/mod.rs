@@ -151,6 +151,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
         let op = "head_rows_loss_and_gradients";
+        // The row kernel reads rho [B] as f32 without bounds checks.
+        validate::same_shape(op, "row weights", &rho.shape(), "[B]", &[x.shape()[0]]);
+        assert!(
+            rho.dtype == DType::F32,
+            "{op}: the row weights must be f32, got {:?}",
+            rho.dtype
+        );
+        x.assert_is_on_same_device(&rho);
         let dtypes = [x.dtype, weight.dtype, bias.dtype];
         // Natively streamed: f32 inputs as compiled, or bf16 where cuBLASLt runs them.
         let native =

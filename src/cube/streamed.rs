@@ -344,7 +344,8 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     let count = cube_count(p, p.shape()[0]);
     // SAFETY: the kernel guards every access by P's shape; P [n, C] (made by this path), b and
     // the labels are contiguous; rows first..first + n of the labels and the losses exist;
-    // with `half`, dz_half holds n x C elements.
+    // with `half`, dz_half holds n x C elements; with `weighted`, the row weights are [B] f32
+    // (checked by the caller) and contiguous.
     unsafe {
         kernels::chunk_rows::launch_unchecked::<f32, E, L, R>(
             &p.client,

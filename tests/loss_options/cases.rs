@@ -177,7 +177,7 @@ fn a_label_outside_the_classes_that_is_not_ignored_gives_nan() {
 }
 
 #[test]
-fn every_row_ignored_gives_nan_for_the_mean_and_zero_for_the_sum() {
+fn every_row_ignored_gives_nan_for_the_mean_zero_for_the_sum_and_zero_gradients() {
     let device = &device();
     for classes in [5, 40] {
         let all: Vec<(usize, i64)> = (0..4).map(|r| (r, -100)).collect();
@@ -185,6 +185,9 @@ fn every_row_ignored_gives_nan_for_the_mean_and_zero_for_the_sum() {
         let mean = HeadLoss::new().with_ignore_index(Some(-100));
         let got = ours::<B>(device, &d, &mean, HeadActivation::Relu, &[1.0]);
         assert!(got.out[0].is_nan(), "C = {classes}: mean {:?}", got.out);
+        for (name, g) in [("dX", &got.dx), ("dW", &got.dw), ("db", &got.db)] {
+            assert!(g.iter().all(|&v| v == 0.0), "C = {classes}: mean's {name}");
+        }
         let sum = mean.clone().with_reduction(HeadReduction::Sum);
         let got = ours::<B>(device, &d, &sum, HeadActivation::Relu, &[1.0]);
         assert_eq!(got.out, vec![0.0], "C = {classes}: sum");
@@ -247,4 +250,19 @@ fn the_module_takes_the_options_with_its_own() {
     let got = head.forward_loss(x.clone(), labels.clone(), &loss);
     let want = linear_relu_cross_entropy_loss(x, w, b, labels, &loss, HeadActivation::Identity);
     assert_eq!(got.into_data(), want.into_data());
+}
+
+/// 24 random cases of shape, options and chunking against PyTorch's formula, both activations.
+#[test]
+fn random_options_match_pytorch() {
+    let device = &device();
+    let mut rng = Rng(2026);
+    for case in 0..24 {
+        let (data, loss, chunk) = random_case(&mut rng);
+        let context = format!(
+            "case {case}: B = {}, I = {}, C = {}, chunk {chunk}, {loss:?}",
+            data.batch, data.inputs, data.classes
+        );
+        check::<B>(device, &context, &data, &loss, chunk);
+    }
 }
