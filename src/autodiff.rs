@@ -99,11 +99,7 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
             let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
             let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
 
-            let wanted = HeadWanted {
-                x: node_x.is_some(),
-                weight: node_weight.is_some(),
-                bias: node_bias.is_some(),
-            };
+            let wanted = wanted([&node_x, &node_weight, &node_bias].map(Option::is_some));
             let out = B::head_backward(x, weight, z, dh, grad_loss, wanted, self.0);
             let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
             register::<B>(grads, parents, out, |g| g);
@@ -183,11 +179,7 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     options: HeadOptions,
     predict: bool,
 ) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
-    let wanted = HeadWanted {
-        x: !x.node.requirement.is_none(),
-        weight: !weight.node.requirement.is_none(),
-        bias: !bias.node.requirement.is_none(),
-    };
+    let wanted = wanted([&x, &weight, &bias].map(|t| !t.node.requirement.is_none()));
     // The gradients are the state: never recomputed (that would be the whole op again).
     match ScaleGradients
         .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
@@ -268,21 +260,13 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
     let (dtype, shape) = (x.primitive.dtype(), x.primitive.shape());
     let (batch, inputs, classes) = (shape[0], shape[1], weight.primitive.shape()[0]);
     let nodes = [x.node.clone(), weight.node.clone(), bias.node.clone()];
-    let wanted = HeadWanted {
-        x: !x.node.requirement.is_none(),
-        weight: !weight.node.requirement.is_none(),
-        bias: !bias.node.requirement.is_none(),
-    };
-    let untracked = |x, weight, bias, labels| {
-        options_loss::forward_only::<B>([x, weight, bias], labels, loss, options)
-    };
-    let rows = options_loss::rows::<B>(
-        labels.clone(),
-        loss,
-        classes,
-        options_loss::sums_dtype(dtype),
-    );
+    let wanted = wanted([&x, &weight, &bias].map(|t| !t.node.requirement.is_none()));
+    let rows = options_loss::rows::<B>(labels, loss, classes, options_loss::sums_dtype(dtype));
     let denominator = options_loss::denominator(&rows, loss);
+    let untracked = |x, weight, bias| {
+        let inputs = [x, weight, bias];
+        options_loss::forward_with_rows::<B>(inputs, &rows, denominator.clone(), loss, options)
+    };
     let finish = |t: burn::tensor::Tensor<B, 1>| t.cast(dtype).into_primitive().tensor();
 
     if !options_loss::streams::<B>(loss, batch, inputs, classes) {
@@ -304,12 +288,9 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
                 let ignored = rows.ignored.clone().into_primitive();
                 prep.finish((x_id, weight_id, z, g, denominator, ignored), finish(out))
             }
-            OpsKind::UnTracked(prep) => prep.finish(untracked(
-                x.primitive,
-                weight.primitive,
-                bias.primitive,
-                labels,
-            )),
+            OpsKind::UnTracked(prep) => {
+                prep.finish(untracked(x.primitive, weight.primitive, bias.primitive))
+            }
         };
     }
 
@@ -335,12 +316,9 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
                 let out = options_loss::weighted_rows(l, &rows);
                 prep.finish((x, weight, bias, labels, row_weight), finish(out))
             }
-            OpsKind::UnTracked(prep) => prep.finish(untracked(
-                x.primitive,
-                weight.primitive,
-                bias.primitive,
-                labels,
-            )),
+            OpsKind::UnTracked(prep) => {
+                prep.finish(untracked(x.primitive, weight.primitive, bias.primitive))
+            }
         };
     }
 
@@ -368,12 +346,9 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
             let out = options_loss::reduce(l, denominator, loss.reduction);
             prep.finish(grads, finish(out))
         }
-        OpsKind::UnTracked(prep) => prep.finish(untracked(
-            x.primitive,
-            weight.primitive,
-            bias.primitive,
-            labels,
-        )),
+        OpsKind::UnTracked(prep) => {
+            prep.finish(untracked(x.primitive, weight.primitive, bias.primitive))
+        }
     }
 }
 
@@ -409,11 +384,7 @@ impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
         let (x_id, weight_id, z, g, denominator, ignored) = ops.state;
         let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
         let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
-        let wanted = HeadWanted {
-            x: node_x.is_some(),
-            weight: node_weight.is_some(),
-            bias: node_bias.is_some(),
-        };
+        let wanted = wanted([&node_x, &node_weight, &node_bias].map(Option::is_some));
         let batch = z.shape()[0];
         let float = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
         // 0 on the ignored rows even where every row is (g / 0 there): no gradient.
@@ -453,11 +424,7 @@ impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
         let [node_x, node_weight, node_bias] = ops.parents;
         let grad = grads.consume::<B>(&ops.node); // [B]
         let (x, weight, bias, labels, row_weight) = ops.state;
-        let wanted = HeadWanted {
-            x: node_x.is_some(),
-            weight: node_weight.is_some(),
-            bias: node_bias.is_some(),
-        };
+        let wanted = wanted([&node_x, &node_weight, &node_bias].map(Option::is_some));
         let row_weight = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(row_weight));
         let grad = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad));
         let rho = grad.cast(row_weight.dtype()) * row_weight; // [B]
@@ -473,6 +440,11 @@ impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
         let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
         register::<B>(grads, parents, out, |g| g);
     }
+}
+
+/// The gradients to produce, from whether X, W and b (in that order) are tracked.
+fn wanted([x, weight, bias]: [bool; 3]) -> HeadWanted {
+    HeadWanted { x, weight, bias }
 }
 
 /// Registers each computed gradient of `out` (through `map`) for its parent, where that parent

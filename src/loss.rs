@@ -439,10 +439,22 @@ pub(crate) fn forward_only<B: FusedHeadBackend>(
     loss: &HeadLoss,
     options: HeadOptions,
 ) -> FloatTensor<B> {
+    let classes = weight.shape()[0];
+    let rows = rows::<B>(labels, loss, classes, sums_dtype(x.dtype()));
+    let denominator = denominator(&rows, loss);
+    forward_with_rows::<B>([x, weight, bias], &rows, denominator, loss, options)
+}
+
+/// [`forward_only`] from the labels' [`Rows`] and the mean's denominator, already made.
+pub(crate) fn forward_with_rows<B: FusedHeadBackend>(
+    [x, weight, bias]: [FloatTensor<B>; 3],
+    rows: &Rows<B>,
+    denominator: Option<Tensor<B, 1>>,
+    loss: &HeadLoss,
+    options: HeadOptions,
+) -> FloatTensor<B> {
     let (dtype, [batch, inputs]) = (x.dtype(), dims2(&x.shape()));
     let classes = weight.shape()[0];
-    let rows = rows::<B>(labels, loss, classes, sums_dtype(dtype));
-    let denominator = denominator(&rows, loss);
     let l = if streams::<B>(loss, batch, inputs, classes) {
         let (l, _) = B::head_rows_loss_and_gradients(
             x,
@@ -453,9 +465,9 @@ pub(crate) fn forward_only<B: FusedHeadBackend>(
             HeadWanted::NONE,
             options,
         );
-        weighted_rows(l, &rows)
+        weighted_rows(l, rows)
     } else {
-        materialized::<B>([x, weight, bias], &rows, loss, options).1
+        materialized::<B>([x, weight, bias], rows, loss, options).1
     };
     let out = reduce(l, denominator, loss.reduction);
     out.cast(dtype).into_primitive().tensor()

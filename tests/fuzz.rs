@@ -23,31 +23,6 @@ use burn_fused_head::reference::HeadData;
 use burn_fused_head::{FusedHeadBackend, HeadPrecision, linear_relu_cross_entropy_with};
 use common::*;
 
-/// SplitMix64, as `HeadData`'s: a fixed, portable sequence.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())]
-    }
-
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-}
-
 /// What the values of a case stress.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Values {
