@@ -91,7 +91,7 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
             grads: &mut Gradients,
             checkpointer: &mut Checkpointer,
         ) {
-            let [node_x, node_weight, node_bias] = ops.parents;
+            let (parents, wanted) = parents_of(&ops);
             // The upstream gradient of the loss, [1]: 1 for a plain `loss.backward()`, any
             // other value when the loss was scaled or added to other losses.
             let grad_loss = grads.consume::<B>(&ops.node);
@@ -99,9 +99,7 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
             let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
             let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
 
-            let wanted = wanted([&node_x, &node_weight, &node_bias].map(Option::is_some));
             let out = B::head_backward(x, weight, z, dh, grad_loss, wanted, self.0);
-            let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
             register::<B>(grads, parents, out, |g| g);
         }
     }
@@ -228,9 +226,8 @@ impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let [node_x, node_weight, node_bias] = ops.parents;
+        let (parents, _) = parents_of(&ops);
         let grad_loss = grads.consume::<B>(&ops.node); // [1]
-        let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
         if is_one::<B>(&grad_loss) {
             // A plain `loss.backward()`: `grad * 1` is `grad`, bit for bit; the scaling
             // would read and write dW ([C, I]) once more.
@@ -379,12 +376,11 @@ impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
         checkpointer: &mut Checkpointer,
     ) {
         use burn::tensor::{Tensor, TensorPrimitive};
-        let [node_x, node_weight, node_bias] = ops.parents;
+        let (parents, wanted) = parents_of(&ops);
         let grad = grads.consume::<B>(&ops.node); // [1], or [B] for `none`
         let (x_id, weight_id, z, g, denominator, ignored) = ops.state;
         let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
         let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
-        let wanted = wanted([&node_x, &node_weight, &node_bias].map(Option::is_some));
         let batch = z.shape()[0];
         let float = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
         // 0 on the ignored rows even where every row is (g / 0 there): no gradient.
@@ -394,7 +390,6 @@ impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
                 .mask_fill(ignored, 0);
         let out =
             options_loss::materialized_backward::<B>([x, weight, z], g, u, wanted, self.options);
-        let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
         register::<B>(grads, parents, out, |g| g);
     }
 }
@@ -421,10 +416,9 @@ impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
         _checkpointer: &mut Checkpointer,
     ) {
         use burn::tensor::{Tensor, TensorPrimitive};
-        let [node_x, node_weight, node_bias] = ops.parents;
+        let (parents, wanted) = parents_of(&ops);
         let grad = grads.consume::<B>(&ops.node); // [B]
         let (x, weight, bias, labels, row_weight) = ops.state;
-        let wanted = wanted([&node_x, &node_weight, &node_bias].map(Option::is_some));
         let row_weight = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(row_weight));
         let grad = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad));
         let rho = grad.cast(row_weight.dtype()) * row_weight; // [B]
@@ -437,9 +431,15 @@ impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
             wanted,
             self.0,
         );
-        let parents = [node_x, node_weight, node_bias].map(|p| p.map(|n| n.id));
         register::<B>(grads, parents, out, |g| g);
     }
+}
+
+/// The ids of a backward step's tracked parents (X, W and b, in that order; `None` where
+/// untracked) and the gradients to produce for them.
+fn parents_of<S>(ops: &Ops<S, 3>) -> ([Option<NodeId>; 3], HeadWanted) {
+    let ids = ops.parents.each_ref().map(|p| p.as_ref().map(|n| n.id));
+    (ids, wanted(ids.map(|id| id.is_some())))
 }
 
 /// The gradients to produce, from whether X, W and b (in that order) are tracked.

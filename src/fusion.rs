@@ -45,6 +45,25 @@ enum Stage {
 }
 
 impl Stage {
+    /// Which input holds the labels, for the stages that take them.
+    fn labels_input(self) -> Option<usize> {
+        match self {
+            Stage::Forward(..)
+            | Stage::LossAndGradients(..)
+            | Stage::RowsLossAndGradients(..)
+            | Stage::LossGradientsPredictions(..) => Some(3),
+            Stage::RowLosses { .. } | Stage::SoftmaxCrossEntropy => Some(1),
+            Stage::Backward(..)
+            | Stage::Logits(_)
+            | Stage::LinearReluForward
+            | Stage::ReluBackward
+            | Stage::WeightGradient
+            | Stage::BiasGradient
+            | Stage::InputGradient
+            | Stage::MeanLoss => None,
+        }
+    }
+
     fn id(self) -> &'static str {
         match self {
             Stage::Forward(o) => variant(o, FORWARD),
@@ -70,54 +89,29 @@ impl Stage {
 
 /// The ids of one fused stage for each option: [exact, TF32] x [ReLU, identity].
 type Variants = [[&'static str; 2]; 2];
-const FORWARD: Variants = [
-    ["fused_head_forward", "fused_head_forward_identity"],
-    [
-        "fused_head_forward_tf32",
-        "fused_head_forward_tf32_identity",
-    ],
-];
-const BACKWARD: Variants = [
-    ["fused_head_backward", "fused_head_backward_identity"],
-    [
-        "fused_head_backward_tf32",
-        "fused_head_backward_tf32_identity",
-    ],
-];
-const LOSS_AND_GRADIENTS: Variants = [
-    [
-        "fused_head_loss_and_gradients",
-        "fused_head_loss_and_gradients_identity",
-    ],
-    [
-        "fused_head_loss_and_gradients_tf32",
-        "fused_head_loss_and_gradients_tf32_identity",
-    ],
-];
-const ROWS_LOSS_AND_GRADIENTS: Variants = [
-    [
-        "fused_head_rows_loss_and_gradients",
-        "fused_head_rows_loss_and_gradients_identity",
-    ],
-    [
-        "fused_head_rows_loss_and_gradients_tf32",
-        "fused_head_rows_loss_and_gradients_tf32_identity",
-    ],
-];
-const LOSS_GRADIENTS_PREDICTIONS: Variants = [
-    [
-        "fused_head_loss_gradients_predictions",
-        "fused_head_loss_gradients_predictions_identity",
-    ],
-    [
-        "fused_head_loss_gradients_predictions_tf32",
-        "fused_head_loss_gradients_predictions_tf32_identity",
-    ],
-];
-const LOGITS: Variants = [
-    ["fused_head_logits", "fused_head_logits_identity"],
-    ["fused_head_logits_tf32", "fused_head_logits_tf32_identity"],
-];
+
+/// The [`Variants`] of the stage `fused_head_<stem>`: `_tf32` and `_identity` appended.
+macro_rules! variants {
+    ($stem:literal) => {
+        [
+            [
+                concat!("fused_head_", $stem),
+                concat!("fused_head_", $stem, "_identity"),
+            ],
+            [
+                concat!("fused_head_", $stem, "_tf32"),
+                concat!("fused_head_", $stem, "_tf32_identity"),
+            ],
+        ]
+    };
+}
+
+const FORWARD: Variants = variants!("forward");
+const BACKWARD: Variants = variants!("backward");
+const LOSS_AND_GRADIENTS: Variants = variants!("loss_and_gradients");
+const ROWS_LOSS_AND_GRADIENTS: Variants = variants!("rows_loss_and_gradients");
+const LOSS_GRADIENTS_PREDICTIONS: Variants = variants!("loss_gradients_predictions");
+const LOGITS: Variants = variants!("logits");
 
 /// A fused stage's id for `options`: each choice of options is its own operation.
 fn variant(options: HeadOptions, ids: Variants) -> &'static str {
@@ -141,14 +135,18 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
     ) {
         let inputs = &self.desc.inputs;
         let outputs = &self.desc.outputs;
+        let mut labels = self
+            .stage
+            .labels_input()
+            .map(|i| handles.get_int_tensor::<B>(&inputs[i]));
+        let mut labels = || labels.take().expect("a stage with labels");
+        let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
         if let Stage::LossGradientsPredictions(wanted, options) = self.stage {
-            let labels = handles.get_int_tensor::<B>(&inputs[3]);
-            let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
             let (loss, grads, predictions) = B::head_loss_gradients_and_predictions(
                 float(0),
                 float(1),
                 float(2),
-                labels,
+                labels(),
                 wanted,
                 options,
             );
@@ -159,12 +157,9 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
             }
             return;
         }
-        let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
         let results: Vec<FloatTensor<B>> = match self.stage {
             Stage::Forward(options) => {
-                let labels = handles.get_int_tensor::<B>(&inputs[3]);
-                let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
-                let fwd = B::head_forward(float(0), float(1), float(2), labels, options);
+                let fwd = B::head_forward(float(0), float(1), float(2), labels(), options);
                 vec![fwd.loss, fwd.z, fwd.dh]
             }
             Stage::Backward(wanted, options) => {
@@ -180,26 +175,22 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                 wanted_outputs(grads).collect()
             }
             Stage::LossAndGradients(wanted, options) => {
-                let labels = handles.get_int_tensor::<B>(&inputs[3]);
-                let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
                 let (loss, grads) = B::head_loss_and_gradients(
                     float(0),
                     float(1),
                     float(2),
-                    labels,
+                    labels(),
                     wanted,
                     options,
                 );
                 std::iter::once(loss).chain(wanted_outputs(grads)).collect()
             }
             Stage::RowsLossAndGradients(wanted, options) => {
-                let labels = handles.get_int_tensor::<B>(&inputs[3]);
-                let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
                 let (rows, grads) = B::head_rows_loss_and_gradients(
                     float(0),
                     float(1),
                     float(2),
-                    labels,
+                    labels(),
                     float(4),
                     wanted,
                     options,
@@ -211,12 +202,10 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                 activation,
                 weighted,
             } => {
-                let labels = handles.get_int_tensor::<B>(&inputs[1]);
-                let mut float = |i: usize| handles.get_float_tensor::<B>(&inputs[i]);
                 let class_weights = weighted.then(|| float(4));
                 let (l, g) = B::head_row_losses(
                     float(0),
-                    labels,
+                    labels(),
                     [float(2), float(3)],
                     class_weights,
                     smoothing,
@@ -233,9 +222,7 @@ impl<B: FusionBackend + FusedHeadBackend> Operation<B::FusionRuntime> for StageO
                 vec![z, h]
             }
             Stage::SoftmaxCrossEntropy => {
-                let h = float(0);
-                let labels = handles.get_int_tensor::<B>(&inputs[1]);
-                let (loss, dh) = B::head_softmax_cross_entropy(h, labels);
+                let (loss, dh) = B::head_softmax_cross_entropy(float(0), labels());
                 vec![loss, dh]
             }
             Stage::ReluBackward => vec![B::head_relu_backward(float(0), float(1), float(2))],
@@ -319,6 +306,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             stage,
             [x, weight, bias],
             labels,
+            None,
             wanted,
             false,
         );
@@ -336,7 +324,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         let op = "head_loss_gradients_and_predictions";
         let stage = Stage::LossGradientsPredictions(wanted, options);
         let (loss, predictions, grads) =
-            loss_stage::<B>(op, stage, [x, weight, bias], labels, wanted, true);
+            loss_stage::<B>(op, stage, [x, weight, bias], labels, None, wanted, true);
         (loss, grads, predictions.expect("predictions asked for"))
     }
 
@@ -350,7 +338,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
         let op = "head_rows_loss_and_gradients";
-        let (batch, inputs, classes) =
+        let (batch, _, _) =
             crate::validate::linear_shapes(op, &x.shape, &weight.shape, &bias.shape);
         crate::validate::same_shape(op, "row weights", &rho.shape, "[B]", &[batch]);
         let sums = crate::loss::sums_dtype(x.dtype);
@@ -359,20 +347,17 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             "{op}: the row weights must be {sums:?}, got {:?}",
             rho.dtype
         );
-        let float_dtype = x.dtype;
-        let mut outputs = vec![(Shape::new([batch]), crate::loss::sums_dtype(float_dtype))];
-        outputs.extend(
-            wanted_shapes(wanted, batch, inputs, classes)
-                .into_iter()
-                .map(|shape| (shape, float_dtype)),
-        );
-        let client = x.client.clone();
         let stage = Stage::RowsLossAndGradients(wanted, options);
-        let mut outputs =
-            register_typed::<B>(stage, vec![x, weight, bias, labels, rho], &outputs).into_iter();
-        start_queued(&client);
-        let rows = outputs.next().expect("the per-row losses");
-        (rows, take_wanted(wanted, outputs))
+        let (rows, _, grads) = loss_stage::<B>(
+            op,
+            stage,
+            [x, weight, bias],
+            labels,
+            Some(rho),
+            wanted,
+            false,
+        );
+        (rows, grads)
     }
 
     fn head_row_losses(
@@ -565,7 +550,8 @@ type LossStage<B> = (
     HeadGradients<Fusion<B>>,
 );
 
-/// Registers a stage whose outputs are the loss, with `predict` the predictions (in the
+/// Registers a stage whose outputs are the loss (with row weights `rho`, an input after the
+/// labels: the per-row losses `[B]` in the sums' dtype), with `predict` the predictions (in the
 /// labels' dtype), then the wanted gradients, and takes them back apart; shapes checked as
 /// `op`.
 fn loss_stage<B: FusionBackend + FusedHeadBackend>(
@@ -573,13 +559,17 @@ fn loss_stage<B: FusionBackend + FusedHeadBackend>(
     stage: Stage,
     [x, weight, bias]: [FusionTensor<B::FusionRuntime>; 3],
     labels: FusionTensor<B::FusionRuntime>,
+    rho: Option<FusionTensor<B::FusionRuntime>>,
     wanted: HeadWanted,
     predict: bool,
 ) -> LossStage<B> {
     let (batch, inputs, classes) =
         crate::validate::linear_shapes(op, &x.shape, &weight.shape, &bias.shape);
     let (float_dtype, label_dtype) = (x.dtype, labels.dtype);
-    let mut outputs = vec![(Shape::new([1]), float_dtype)];
+    let mut outputs = vec![match rho {
+        Some(_) => (Shape::new([batch]), crate::loss::sums_dtype(float_dtype)),
+        None => (Shape::new([1]), float_dtype),
+    }];
     if predict {
         outputs.push((Shape::new([batch]), label_dtype));
     }
@@ -589,8 +579,9 @@ fn loss_stage<B: FusionBackend + FusedHeadBackend>(
             .map(|shape| (shape, float_dtype)),
     );
     let client = x.client.clone();
-    let mut outputs =
-        register_typed::<B>(stage, vec![x, weight, bias, labels], &outputs).into_iter();
+    let mut tensors = vec![x, weight, bias, labels];
+    tensors.extend(rho);
+    let mut outputs = register_typed::<B>(stage, tensors, &outputs).into_iter();
     start_queued(&client);
     let loss = outputs.next().expect("the loss");
     let predictions = predict.then(|| outputs.next().expect("the predictions"));

@@ -157,24 +157,14 @@ pub fn tf32_slack(data: &crate::reference::HeadData, grad: f64) -> Slack {
     let t = 2.0 * TF32_OPERAND_ERROR + TF32_OPERAND_ERROR * TF32_OPERAND_ERROR;
     let x = |r: usize, k: usize| data.x[r * i + k] as f64;
     let w = |j: usize, k: usize| data.weight[j * i + k] as f64;
-    let mut slack = Slack {
-        loss: 0.0,
-        dx: vec![0.0; b * i],
-        dw: vec![0.0; c * i],
-        db: vec![0.0; c],
-    };
+    let mut slack = Slack::zeros(b, i, c);
     let scale = grad.abs() / b.max(1) as f64;
     for r in 0..b {
-        let z: Vec<f64> = (0..c)
-            .map(|j| (0..i).map(|k| x(r, k) * w(j, k)).sum::<f64>() + data.bias[j] as f64)
-            .collect();
+        let (z, h, m, d) = exact_row(data, r, true);
         let e: Vec<f64> = (0..c)
             .map(|j| t * (0..i).map(|k| (x(r, k) * w(j, k)).abs()).sum::<f64>())
             .collect();
         let e_row = e.iter().cloned().fold(0.0, f64::max);
-        let h: Vec<f64> = z.iter().map(|v| v.max(0.0)).collect();
-        let m = h.iter().cloned().fold(f64::MIN, f64::max);
-        let d: f64 = h.iter().map(|v| (v - m).exp()).sum();
         slack.loss += 2.0 * e_row / b as f64;
         let label = data.labels[r];
         for j in 0..c {
@@ -202,6 +192,31 @@ pub fn tf32_slack(data: &crate::reference::HeadData, grad: f64) -> Slack {
         }
     }
     slack
+}
+
+/// Row `r` of the forward pass in f64 on `data`: `(Z, H, m, d)` with `H = ReLU(Z)` (with
+/// `relu`, else `H = Z`), `m` the largest of H and `d = sum exp(H - m)`.
+fn exact_row(
+    data: &crate::reference::HeadData,
+    r: usize,
+    relu: bool,
+) -> (Vec<f64>, Vec<f64>, f64, f64) {
+    let (i, c) = (data.inputs, data.classes);
+    let z: Vec<f64> = (0..c)
+        .map(|j| {
+            (0..i)
+                .map(|k| data.x[r * i + k] as f64 * data.weight[j * i + k] as f64)
+                .sum::<f64>()
+                + data.bias[j] as f64
+        })
+        .collect();
+    let h: Vec<f64> = z
+        .iter()
+        .map(|&v| if relu { v.max(0.0) } else { v })
+        .collect();
+    let m = h.iter().cloned().fold(f64::MIN, f64::max);
+    let d: f64 = h.iter().map(|v| (v - m).exp()).sum();
+    (z, h, m, d)
 }
 
 /// The unit roundoff `u` and the largest absolute rounding error of a value below the normal
@@ -246,24 +261,11 @@ pub fn half_slack(
     let w = |j: usize, k: usize| data.weight[j * i + k] as f64;
     let relu = activation == HeadActivation::Relu;
     let scale = grad.abs() / b.max(1) as f64;
-    let mut moved = Slack {
-        loss: 0.0,
-        dx: vec![0.0; b * i],
-        dw: vec![0.0; c * i],
-        db: vec![0.0; c],
-    };
+    let mut moved = Slack::zeros(b, i, c);
     let mut exact = moved.clone();
     let mut loss = 0.0;
     for r in 0..b {
-        let z: Vec<f64> = (0..c)
-            .map(|j| (0..i).map(|k| x(r, k) * w(j, k)).sum::<f64>() + data.bias[j] as f64)
-            .collect();
-        let h: Vec<f64> = z
-            .iter()
-            .map(|&v| if relu { v.max(0.0) } else { v })
-            .collect();
-        let m = h.iter().cloned().fold(f64::MIN, f64::max);
-        let d: f64 = h.iter().map(|v| (v - m).exp()).sum();
+        let (z, h, m, d) = exact_row(data, r, relu);
         let label = data.labels[r];
         let target = usize::try_from(label).unwrap_or(0).min(c.saturating_sub(1));
         loss += (d.ln() + m - h[target]) / b as f64;
@@ -316,6 +318,18 @@ pub struct Slack {
     pub dw: Vec<f64>,
     /// On db `[C]`.
     pub db: Vec<f64>,
+}
+
+impl Slack {
+    /// No allowance, for B, I, C = `b`, `i`, `c`.
+    fn zeros(b: usize, i: usize, c: usize) -> Self {
+        Self {
+            loss: 0.0,
+            dx: vec![0.0; b * i],
+            dw: vec![0.0; c * i],
+            db: vec![0.0; c],
+        }
+    }
 }
 
 /// Every stage's output of one forward and backward pass, read back as f64.

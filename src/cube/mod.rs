@@ -95,22 +95,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         wanted: HeadWanted,
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>) {
-        let op = "head_loss_and_gradients";
         let inputs = [x, weight, bias, labels];
-        if !as_is::<F>(op, &[inputs[0].dtype, inputs[1].dtype, inputs[2].dtype]) {
-            let (loss, grads, _) = other_dtype_step(op, inputs, wanted, options, false);
-            return (loss, grads);
-        }
-        match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, false, None) {
-            Some((loss, grads, _)) => (loss, grads),
-            None => {
-                let [x, weight, bias, labels] = inputs;
-                let inputs = [x, weight, bias];
-                let (loss, grads, _) =
-                    forward_then_backward::<Self>(inputs, labels, wanted, options, false);
-                (loss, grads)
-            }
-        }
+        let (loss, grads, _) =
+            training_step::<R, F, I, BT>("head_loss_and_gradients", inputs, wanted, options, false);
+        (loss, grads)
     }
 
     fn head_loss_gradients_and_predictions(
@@ -121,24 +109,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         wanted: HeadWanted,
         options: HeadOptions,
     ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
-        let op = "head_loss_gradients_and_predictions";
         let inputs = [x, weight, bias, labels];
-        if !as_is::<F>(op, &[inputs[0].dtype, inputs[1].dtype, inputs[2].dtype]) {
-            let (loss, grads, predictions) = other_dtype_step(op, inputs, wanted, options, true);
-            return (loss, grads, predictions.expect("predictions asked for"));
-        }
-        match streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, true, None) {
-            Some((loss, grads, predictions)) => {
-                (loss, grads, predictions.expect("predictions asked for"))
-            }
-            None => {
-                let [x, weight, bias, labels] = inputs;
-                let inputs = [x, weight, bias];
-                let (loss, grads, predictions) =
-                    forward_then_backward::<Self>(inputs, labels, wanted, options, true);
-                (loss, grads, predictions.expect("predictions asked for"))
-            }
-        }
+        let (loss, grads, predictions) = training_step::<R, F, I, BT>(
+            "head_loss_gradients_and_predictions",
+            inputs,
+            wanted,
+            options,
+            true,
+        );
+        (loss, grads, predictions.expect("predictions asked for"))
     }
 
     fn head_rows_loss_and_gradients(
@@ -344,6 +323,32 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         start_queued::<R>(&device);
         grads
     }
+}
+
+/// The training step (the loss, the gradients of a unit upstream gradient and, with `predict`,
+/// the predictions): inputs of another dtype through [`other_dtype_step`], else the streamed
+/// path where it applies, else the forward kernels then the backward ones.
+fn training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: &str,
+    inputs: [CubeTensor<R>; 4],
+    wanted: HeadWanted,
+    options: HeadOptions,
+    predict: bool,
+) -> streamed::LossAndGradients<R, F, I, BT> {
+    if !as_is::<F>(op, &[inputs[0].dtype, inputs[1].dtype, inputs[2].dtype]) {
+        return other_dtype_step(op, inputs, wanted, options, predict);
+    }
+    if let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, predict, None) {
+        return out;
+    }
+    let [x, weight, bias, labels] = inputs;
+    forward_then_backward::<CubeBackend<R, F, I, BT>>(
+        [x, weight, bias],
+        labels,
+        wanted,
+        options,
+        predict,
+    )
 }
 
 /// The streamed path on X, W, b and the labels (checked here) where it applies: C > 32, and a

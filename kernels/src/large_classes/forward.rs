@@ -17,7 +17,7 @@
 use cubecl::{cube, prelude::*};
 
 use crate::activation::activation;
-use crate::large_classes::matmul::{TILE, gemm_tile, micro_offset};
+use crate::large_classes::matmul::{gemm_tile, micro_offset, tile_origin};
 use crate::large_classes::tf32_matmul::{
     fragment_origin, tf32_gemm_tile, tf32_shared, unstage_fragment,
 };
@@ -44,8 +44,7 @@ pub fn forward_exact<F: Float>(
     let batch = x.shape(0);
     let inputs = x.shape(1);
     let classes = w.shape(0);
-    let m0 = CUBE_POS_Y as usize * TILE;
-    let n0 = CUBE_POS_X as usize * TILE;
+    let (m0, n0) = tile_origin();
     let mut acc = Array::<F>::new(MICRO * MICRO);
     gemm_tile::<F>(
         x, w, &mut acc, m0, n0, batch, classes, 0, inputs, inputs, true, true,
@@ -83,8 +82,7 @@ pub fn forward_tf32<F: Float, N: Size>(
     let batch = x.shape(0);
     let inputs = x.shape(1);
     let classes = w.shape(0);
-    let m0 = CUBE_POS_Y as usize * TILE;
-    let n0 = CUBE_POS_X as usize * TILE;
+    let (m0, n0) = tile_origin();
     let (mut smem_a, mut smem_b) = tf32_shared::<F>();
     let acc = tf32_gemm_tile::<F, N, N>(
         x,

@@ -200,10 +200,19 @@ pub fn gemm_tile<F: Float>(
     }
 }
 
-/// This cube's slice of K (`CUBE_POS_Z`) and its range `[k_begin, k_end)`: `(slice, k_begin,
-/// k_end)`, for K = `k_size` in slices of `k_per_slice`.
+/// K of `Out = A B` (A is `[M, K]`, or `[K, M]` where its K is not contiguous) and this cube's
+/// slice of it (`CUBE_POS_Z`) in slices of `k_per_slice`: `(k_size, slice, k_begin, k_end)`.
 #[cube]
-pub fn slice_of_k(k_size: usize, k_per_slice: u32) -> (usize, usize, usize) {
+pub fn slice_of_k<E: CubePrimitive>(
+    a: &Tensor<E>,
+    k_per_slice: u32,
+    #[comptime] a_k_contiguous: bool,
+) -> (usize, usize, usize, usize) {
+    let k_size = if a_k_contiguous {
+        a.shape(1)
+    } else {
+        a.shape(0)
+    };
     let slice = CUBE_POS_Z as usize;
     let k_begin = slice * k_per_slice as usize;
     let k_end = select(
@@ -211,7 +220,14 @@ pub fn slice_of_k(k_size: usize, k_per_slice: u32) -> (usize, usize, usize) {
         k_begin + k_per_slice as usize,
         k_size,
     );
-    (slice, k_begin, k_end)
+    (k_size, slice, k_begin, k_end)
+}
+
+/// The first row and column `(m0, n0)` of this cube's `TILE x TILE` tile of the output: cube
+/// (x, y) computes rows `y * TILE`, columns `x * TILE`.
+#[cube]
+pub fn tile_origin() -> (usize, usize) {
+    (CUBE_POS_Y as usize * TILE, CUBE_POS_X as usize * TILE)
 }
 
 /// `Out = A B` over one slice of K: Out is [M, N], or [S, M, N] for S slices of `k_per_slice`
@@ -230,14 +246,8 @@ pub fn tiled_matmul<F: Float>(
     let rank = out.rank();
     let m_size = out.shape(rank - 2);
     let n_size = out.shape(rank - 1);
-    let k_size = if a_k_contiguous {
-        a.shape(1)
-    } else {
-        a.shape(0)
-    };
-    let (slice, k_begin, k_end) = slice_of_k(k_size, k_per_slice);
-    let m0 = CUBE_POS_Y as usize * TILE;
-    let n0 = CUBE_POS_X as usize * TILE;
+    let (k_size, slice, k_begin, k_end) = slice_of_k(a, k_per_slice, a_k_contiguous);
+    let (m0, n0) = tile_origin();
     let mut acc = Array::<F>::new(MICRO * MICRO);
     gemm_tile::<F>(
         a,

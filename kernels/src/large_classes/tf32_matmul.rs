@@ -27,7 +27,7 @@
 
 use cubecl::{cmma, cube, prelude::*};
 
-use crate::large_classes::matmul::slice_of_k;
+use crate::large_classes::matmul::{slice_of_k, tile_origin};
 
 /// Rows and columns of Out per cube.
 pub const TILE: usize = crate::large_classes::matmul::TILE;
@@ -463,14 +463,8 @@ pub fn tf32_matmul<F: Float, NA: Size, NB: Size>(
     let rank = out.rank();
     let m_size = out.shape(rank - 2);
     let n_size = out.shape(rank - 1);
-    let k_size = if a_k_contiguous {
-        a.shape(1)
-    } else {
-        a.shape(0)
-    };
-    let (slice, k_begin, k_end) = slice_of_k(k_size, k_per_slice);
-    let m0 = CUBE_POS_Y as usize * TILE;
-    let n0 = CUBE_POS_X as usize * TILE;
+    let (k_size, slice, k_begin, k_end) = slice_of_k(a, k_per_slice, a_k_contiguous);
+    let (m0, n0) = tile_origin();
     let (mut smem_a, mut smem_b) = tf32_shared::<F>();
     let acc = tf32_gemm_tile::<F, NA, NB>(
         a,

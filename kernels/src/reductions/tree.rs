@@ -8,21 +8,7 @@ use cubecl::{cube, prelude::*};
 /// Sum of `smem[0..CUBE_DIM]`, in a fixed pairwise order; every unit gets the result.
 #[cube]
 pub fn tree_sum<F: Float>(smem: &mut SharedMemory<F>) -> F {
-    sync_cube();
-    let mut half = CUBE_DIM / 2;
-    while half > 0 {
-        if UNIT_POS < half {
-            let other = smem[(UNIT_POS + half) as usize];
-            smem[UNIT_POS as usize] += other;
-        }
-        // Every unit must see this level's sums before the next level reads them.
-        sync_cube();
-        half /= 2;
-    }
-    let total = smem[0];
-    // Nobody may overwrite smem[0] (a later reduction in the same kernel) before all have read it.
-    sync_cube();
-    total
+    tree_reduce::<F>(smem, false)
 }
 
 /// Maximum of `smem[0..CUBE_DIM]`; every unit gets the result.
@@ -31,17 +17,30 @@ pub fn tree_sum<F: Float>(smem: &mut SharedMemory<F>) -> F {
 /// come out of the maximum; the caller's sum of exponentials carries the NaN instead.
 #[cube]
 pub fn tree_max<F: Float>(smem: &mut SharedMemory<F>) -> F {
+    tree_reduce::<F>(smem, true)
+}
+
+/// The pairwise tree of [`tree_sum`] (`max` false) and [`tree_max`] (`max` true), halving the
+/// active units at each level.
+#[cube]
+fn tree_reduce<F: Float>(smem: &mut SharedMemory<F>, #[comptime] max: bool) -> F {
     sync_cube();
     let mut half = CUBE_DIM / 2;
     while half > 0 {
         if UNIT_POS < half {
             let other = smem[(UNIT_POS + half) as usize];
-            smem[UNIT_POS as usize] = F::max(smem[UNIT_POS as usize], other);
+            if max {
+                smem[UNIT_POS as usize] = F::max(smem[UNIT_POS as usize], other);
+            } else {
+                smem[UNIT_POS as usize] += other;
+            }
         }
+        // Every unit must see this level's values before the next level reads them.
         sync_cube();
         half /= 2;
     }
     let total = smem[0];
+    // Nobody may overwrite smem[0] (a later reduction in the same kernel) before all have read it.
     sync_cube();
     total
 }
