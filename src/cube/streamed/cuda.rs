@@ -1,5 +1,5 @@
-//! The streamed path's chunks on NVIDIA's cuBLASLt (CUDA only): the products on cuBLASLt's
-//! stream, the row kernel on CubeCL's, ordered from the host.
+//! The streamed path's chunks on NVIDIA's cuBLASLt, for `R` = CUDA where it loads: the
+//! products on cuBLASLt's stream, the row kernel on CubeCL's, ordered from the host.
 
 use std::any::Any;
 

@@ -396,6 +396,5 @@ fn cube_count<R: CubeRuntime>(like: &CubeTensor<R>, n: usize) -> CubeCount {
     CubeCountSelection::new(&like.client, n as u32).cube_count()
 }
 
-/// The products on cuBLASLt, for `R` = CUDA where it loads.
 #[cfg(feature = "cuda")]
 mod cuda;
