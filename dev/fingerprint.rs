@@ -13,7 +13,9 @@ use burn::tensor::{DType, Tensor};
 use burn_fused_head::gates::{run_stages, values};
 use burn_fused_head::reference::HeadData;
 use burn_fused_head::{
-    FusedHeadBackend, HeadPrecision, linear_relu_cross_entropy_with, linear_relu_logits_with,
+    FusedHeadBackend, HeadActivation, HeadLoss, HeadOptions, HeadPrecision, HeadReduction,
+    linear_relu_cross_entropy_and_predictions_with, linear_relu_cross_entropy_loss,
+    linear_relu_cross_entropy_with, linear_relu_logits_with,
 };
 
 /// (B, I, C) across the switches: the small-C planes (with the one-cube mean, several cubes,
@@ -112,6 +114,192 @@ where
     }
 }
 
+/// The shapes of [`run_options`]: small C, the streamed path (one chunk and several) and the
+/// materialized path of the loss options.
+const OPTION_SHAPES: &[(usize, usize, usize)] = &[
+    (60, 64, 12),
+    (2, 5, 33),
+    (130, 13, 129),
+    (300, 64, 257),
+    (2048, 256, 1000),
+];
+
+/// The identity, the predictions, the loss options and a small chunk budget: every input
+/// tracked, each line a hash of the result and the gradients.
+fn run_options<B: AutodiffBackend + FusedHeadBackend>(backend: &str, device: &B::Device)
+where
+    B::InnerBackend: FusedHeadBackend,
+{
+    let grads_of = |x: &Tensor<B, 2>, w: &Tensor<B, 2>, b: &Tensor<B, 1>, g: &B::Gradients| {
+        format!(
+            "dx {} dw {} db {}",
+            hash(&values(x.grad(g).expect("tracked"))),
+            hash(&values(w.grad(g).expect("tracked"))),
+            hash(&values(b.grad(g).expect("tracked")))
+        )
+    };
+    for (k, &(b, i, c)) in OPTION_SHAPES.iter().enumerate() {
+        let data = HeadData::random(950 + k as u64, b, i, c);
+        let name = format!("{backend} b{b}_i{i}_c{c}");
+        let tracked = || {
+            let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
+            (
+                x.require_grad(),
+                w.require_grad(),
+                bias.require_grad(),
+                labels,
+            )
+        };
+        for precision in [HeadPrecision::Exact, HeadPrecision::Tf32] {
+            if precision == HeadPrecision::Tf32 && c <= 32 {
+                continue;
+            }
+            let identity = HeadOptions::new()
+                .with_precision(precision)
+                .with_activation(HeadActivation::Identity);
+            // The identity's step, upstream gradient 0.75, and its logits.
+            let (x, w, bias, labels) = tracked();
+            let loss = linear_relu_cross_entropy_with(
+                x.clone(),
+                w.clone(),
+                bias.clone(),
+                labels,
+                identity,
+            );
+            let g = (loss.clone() * 0.75).backward();
+            let grads = grads_of(&x, &w, &bias, &g);
+            println!(
+                "{name} {precision:?} identity loss {} {grads}",
+                hash(&values(loss))
+            );
+            let (x, w, bias, _) = data.tensors::<B::InnerBackend>(device, DType::F32);
+            let h = linear_relu_logits_with(x, w, bias, identity);
+            println!("{name} {precision:?} identity logits {}", hash(&values(h)));
+            // The loss and the predictions, tracked (ReLU and identity).
+            for activation in [HeadActivation::Relu, HeadActivation::Identity] {
+                let options = HeadOptions::new()
+                    .with_precision(precision)
+                    .with_activation(activation);
+                let (x, w, bias, labels) = tracked();
+                let (loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
+                    x.clone(),
+                    w.clone(),
+                    bias.clone(),
+                    labels,
+                    options,
+                );
+                let g = loss.clone().backward();
+                let predictions: Vec<f64> = predictions
+                    .into_data()
+                    .convert::<i64>()
+                    .iter::<i64>()
+                    .map(|p| p as f64)
+                    .collect();
+                println!(
+                    "{name} {precision:?} {activation:?} predictions loss {} classes {} {}",
+                    hash(&values(loss)),
+                    hash(&predictions),
+                    grads_of(&x, &w, &bias, &g)
+                );
+            }
+            // The loss options: an ignored class, class weights, smoothing, each reduction.
+            let weights: Vec<f32> = (0..c).map(|j| 0.5 + (j % 3) as f32 * 0.25).collect();
+            let cases = [
+                (
+                    "ignore-weights-mean",
+                    HeadLoss::new()
+                        .with_ignore_index(Some(data.labels[0]))
+                        .with_weights(Some(weights.clone())),
+                ),
+                (
+                    "smoothing-sum",
+                    HeadLoss::new()
+                        .with_smoothing(Some(0.1))
+                        .with_reduction(HeadReduction::Sum),
+                ),
+                (
+                    "pad-none",
+                    HeadLoss::new()
+                        .with_pad_tokens(Some(vec![data.labels[b - 1] as usize]))
+                        .with_reduction(HeadReduction::None),
+                ),
+            ];
+            for (case, loss_options) in cases {
+                for activation in [HeadActivation::Relu, HeadActivation::Identity] {
+                    let options = HeadOptions::new()
+                        .with_precision(precision)
+                        .with_activation(activation);
+                    let (x, w, bias, labels) = tracked();
+                    let out = linear_relu_cross_entropy_loss(
+                        x.clone(),
+                        w.clone(),
+                        bias.clone(),
+                        labels,
+                        &loss_options,
+                        options,
+                    );
+                    let n = out.dims()[0];
+                    let upstream: Vec<f32> = (0..n).map(|r| 0.5 + (r % 4) as f32 * 0.25).collect();
+                    let upstream = Tensor::<B, 1>::from_data(
+                        burn::tensor::TensorData::new(upstream, [n]),
+                        (device, DType::F32),
+                    );
+                    let g = (out.clone() * upstream).sum().backward();
+                    println!(
+                        "{name} {precision:?} {activation:?} {case} out {} {}",
+                        hash(&values(out)),
+                        grads_of(&x, &w, &bias, &g)
+                    );
+                }
+            }
+        }
+        // A chunk budget of 1000 elements: chunks of a few rows.
+        let (x, w, bias, labels) = tracked();
+        let loss = burn_fused_head::testing::with_chunk_elements(1000, || {
+            linear_relu_cross_entropy_with(
+                x.clone(),
+                w.clone(),
+                bias.clone(),
+                labels,
+                HeadOptions::new(),
+            )
+        });
+        let g = loss.clone().backward();
+        println!(
+            "{name} chunks-1000 loss {} {}",
+            hash(&values(loss)),
+            grads_of(&x, &w, &bias, &g)
+        );
+    }
+}
+
+/// bf16 tensors: the training step at small and large C, ReLU and identity.
+#[cfg(feature = "cuda")]
+fn run_bf16<B: AutodiffBackend + FusedHeadBackend>(backend: &str, device: &B::Device) {
+    for (k, &(b, i, c)) in OPTION_SHAPES.iter().enumerate() {
+        let data = HeadData::random(980 + k as u64, b, i, c).rounded_to(DType::BF16);
+        for activation in [HeadActivation::Relu, HeadActivation::Identity] {
+            let (x, w, bias, labels) = data.tensors::<B>(device, DType::BF16);
+            let (x, w, bias) = (x.require_grad(), w.require_grad(), bias.require_grad());
+            let loss = linear_relu_cross_entropy_with(
+                x.clone(),
+                w.clone(),
+                bias.clone(),
+                labels,
+                activation,
+            );
+            let g = loss.clone().backward();
+            println!(
+                "{backend} b{b}_i{i}_c{c} bf16 {activation:?} loss {} dx {} dw {} db {}",
+                hash(&values(loss)),
+                hash(&values(x.grad(&g).expect("tracked"))),
+                hash(&values(w.grad(&g).expect("tracked"))),
+                hash(&values(bias.grad(&g).expect("tracked")))
+            );
+        }
+    }
+}
+
 fn main() {
     #[cfg(feature = "cuda")]
     {
@@ -120,6 +308,10 @@ fn main() {
         let device = burn::backend::cuda::CudaDevice::default();
         run::<Autodiff<Cuda>>("Cuda", &device);
         run::<Autodiff<Raw>>("CubeBackend", &device);
+        run_options::<Autodiff<Cuda>>("Cuda", &device);
+        run_options::<Autodiff<Raw>>("CubeBackend", &device);
+        run_bf16::<Autodiff<Cuda>>("Cuda", &device);
+        run_bf16::<Autodiff<Raw>>("CubeBackend", &device);
         return;
     }
     #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
@@ -127,11 +319,13 @@ fn main() {
         use burn::backend::{Autodiff, Vulkan};
         let device = burn_fused_head::vulkan::device();
         run::<Autodiff<Vulkan>>("Vulkan", &device);
+        run_options::<Autodiff<Vulkan>>("Vulkan", &device);
         return;
     }
     #[allow(unreachable_code)]
     {
         use burn::backend::{Autodiff, NdArray};
         run::<Autodiff<NdArray<f32>>>("NdArray", &Default::default());
+        run_options::<Autodiff<NdArray<f32>>>("NdArray", &Default::default());
     }
 }
