@@ -26,7 +26,7 @@
 //! column, a quick look while tuning), `--bf16-only` (likewise, the bf16 contenders) and
 //! `--shape B,I,C` (repeatable: those shapes only). A memory figure that could not be measured
 //! says why in its cell.
-//! `--logits`: the head's output alone (`linear_relu_logits`, exact and TF32) against stage 1's
+//! `--logits`: the head's output alone (the module's `forward`, exact and TF32) against stage 1's
 //! kernel and stock Burn, on the raw `CubeBackend`, instead of the training step (with
 //! `--ours-only`: our two contenders alone, a quick look).
 
@@ -34,8 +34,10 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
-use burn_fused_head::reference::{HeadData, stock_head_loss};
-use burn_fused_head::{FusedHeadBackend, linear_relu_cross_entropy};
+#[cfg(feature = "cuda")]
+use burn_fused_head::HeadPrecision;
+use burn_fused_head::{FusedHeadBackend, HeadActivation, HeadOptions};
+use burn_fused_head_testing::reference::{HeadData, stock_head_loss};
 
 /// Time spent on each of the step, forward and backward measures of one contender and shape.
 const BUDGET_MS: u64 = 300;
@@ -299,15 +301,45 @@ fn head_with<B: FusedHeadBackend, const TF32: bool, const IDENTITY: bool>(
     b: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
-    use burn_fused_head::{HeadActivation, HeadOptions, HeadPrecision};
-    let mut options = HeadOptions::new();
+    let mut options = HeadOptions::new().with_activation(HeadActivation::Relu);
     if TF32 {
         options = options.with_precision(HeadPrecision::Tf32);
     }
     if IDENTITY {
         options = options.with_activation(HeadActivation::Identity);
     }
-    burn_fused_head::linear_relu_cross_entropy_with(x, w, b, labels, options)
+    burn_fused_head::fused_linear_cross_entropy(x, w, Some(b), labels, &options)
+}
+
+/// The ReLU head's mean loss in exact f32 (the fused op as the benchmark's rows name it
+/// "ours").
+fn relu_head<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    let options = HeadOptions::new().with_activation(HeadActivation::Relu);
+    burn_fused_head::fused_linear_cross_entropy(x, w, Some(b), labels, &options)
+}
+
+/// The ReLU head's logits in `precision`: the module's `forward` on a head made from W and b.
+#[cfg(feature = "cuda")]
+fn relu_logits<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    precision: HeadPrecision,
+) -> Tensor<B, 2> {
+    use burn::module::Param;
+    let head = burn_fused_head::FusedLinearCrossEntropy {
+        weight: Param::from_tensor(w),
+        bias: Some(Param::from_tensor(b)),
+        options: HeadOptions::new()
+            .with_activation(HeadActivation::Relu)
+            .with_precision(precision),
+    };
+    head.forward(x)
 }
 
 /// What [`cuda_contender`] measured.
@@ -344,16 +376,14 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
         let step_then_reserved = |step: &dyn Fn()| {
             step();
             client.memory_cleanup();
-            let ((), live) = burn_fused_head::testing::peak_memory(step);
+            let ((), live) = burn_fused_head_testing::peak_memory(step);
             let reserved = client.memory_usage().unwrap().bytes_reserved;
             Memory { reserved, live }
         };
         return Measured::Memory(match which {
-            0 => {
-                step_then_reserved(&|| one_step::<Fused>(&device, data, linear_relu_cross_entropy))
-            }
+            0 => step_then_reserved(&|| one_step::<Fused>(&device, data, relu_head)),
             1 => step_then_reserved(&|| one_step::<Fused>(&device, data, stock_head_loss)),
-            2 => step_then_reserved(&|| one_step::<Raw>(&device, data, linear_relu_cross_entropy)),
+            2 => step_then_reserved(&|| one_step::<Raw>(&device, data, relu_head)),
             3 => step_then_reserved(&|| one_step::<Raw>(&device, data, stock_head_loss)),
             4 => step_then_reserved(&|| {
                 one_step::<Fused>(&device, data, head_with::<_, true, false>)
@@ -364,9 +394,7 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
             6 => {
                 step_then_reserved(&|| one_step::<Raw>(&device, data, head_with::<_, false, true>))
             }
-            8 => step_then_reserved(&|| {
-                one_step::<FusedBf16>(&device, data, linear_relu_cross_entropy)
-            }),
+            8 => step_then_reserved(&|| one_step::<FusedBf16>(&device, data, relu_head)),
             9 => step_then_reserved(&|| {
                 one_step::<RawBf16>(&device, data, head_with::<_, false, true>)
             }),
@@ -375,14 +403,14 @@ fn cuda_contender(which: usize, data: &HeadData, memory_only: bool) -> Measured 
     }
     let none = &|_| Err("timing run".to_string());
     Measured::Row(match which {
-        0 => bench::<Fused>(name, &device, data, linear_relu_cross_entropy, none),
+        0 => bench::<Fused>(name, &device, data, relu_head, none),
         1 => bench::<Fused>(name, &device, data, stock_head_loss, none),
-        2 => bench::<Raw>(name, &device, data, linear_relu_cross_entropy, none),
+        2 => bench::<Raw>(name, &device, data, relu_head, none),
         3 => bench::<Raw>(name, &device, data, stock_head_loss, none),
         4 => bench::<Fused>(name, &device, data, head_with::<_, true, false>, none),
         5 => bench::<Raw>(name, &device, data, head_with::<_, true, false>, none),
         6 => bench::<Raw>(name, &device, data, head_with::<_, false, true>, none),
-        8 => bench::<FusedBf16>(name, &device, data, linear_relu_cross_entropy, none),
+        8 => bench::<FusedBf16>(name, &device, data, relu_head, none),
         9 => bench::<RawBf16>(name, &device, data, head_with::<_, false, true>, none),
         _ => bench::<Raw>(name, &device, data, head_with::<_, true, true>, none),
     })
@@ -453,14 +481,13 @@ fn memory_in_fresh_process(
 }
 
 /// `--logits`: the head's output H alone (prediction, no autodiff) on the raw `CubeBackend`,
-/// one process, side by side per shape: stage 1's reference kernel, `linear_relu_logits` exact
+/// one process, side by side per shape: stage 1's kernel, the module's `forward` (ReLU) exact
 /// and TF32, and stock Burn (`relu(x W^T + b)`).
 #[cfg(feature = "cuda")]
 fn logits_rows(shapes: &[(usize, usize, usize)], ours_only: bool) {
     use burn::tensor::TensorPrimitive;
     use burn::tensor::backend::Backend;
     use burn_cubecl::CubeBackend;
-    use burn_fused_head::{HeadPrecision, linear_relu_logits, linear_relu_logits_with};
     use cubecl::cuda::CudaRuntime;
     type B = CubeBackend<CudaRuntime, f32, i32, u8>;
     type Logits = fn(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>) -> Tensor<B, 2>;
@@ -472,13 +499,14 @@ fn logits_rows(shapes: &[(usize, usize, usize)], ours_only: bool) {
         );
         Tensor::from_primitive(TensorPrimitive::Float(h))
     };
-    let tf32: Logits = |x, w, b| linear_relu_logits_with(x, w, b, HeadPrecision::Tf32);
+    let exact: Logits = |x, w, b| relu_logits(x, w, b, HeadPrecision::Exact);
+    let tf32: Logits = |x, w, b| relu_logits(x, w, b, HeadPrecision::Tf32);
     let stock: Logits =
         |x, w, b| burn::tensor::activation::relu(x.matmul(w.transpose()) + b.unsqueeze_dim(0));
     let contenders: [(&str, Logits); 4] = [
         ("stock", stock),
         ("stage 1 kernel", stage1),
-        ("ours logits", linear_relu_logits),
+        ("ours logits", exact),
         ("ours logits TF32", tf32),
     ];
     let device = Default::default();
@@ -598,13 +626,9 @@ fn main() {
     for shape in [(64, 128, 10), (512, 256, 10), (256, 128, 100)] {
         let data = HeadData::random(1, shape.0, shape.1, shape.2);
         let rows = [
-            bench::<B>(
-                "ours NdArray",
-                &device,
-                &data,
-                linear_relu_cross_entropy,
-                &|_| Err("no device pool on NdArray".to_string()),
-            ),
+            bench::<B>("ours NdArray", &device, &data, relu_head, &|_| {
+                Err("no device pool on NdArray".to_string())
+            }),
             bench::<B>("stock NdArray", &device, &data, stock_head_loss, &|_| {
                 Err("no device pool on NdArray".to_string())
             }),

@@ -1,5 +1,4 @@
-//! The seed's day-99 program in Burn: one forward and backward pass of the fused head on a
-//! fixed seed, every stage's output checked element-wise against an independent f64 reference
+//! One forward and backward pass of the fused head (the ReLU model) on fixed inputs, every stage's output checked element-wise against an independent f64 reference
 //! (stock Burn ops on NdArray) with the gate `|got - ref| <= 2e-5 + 2e-4 |ref|`.
 //!
 //! cargo run --release --example gates                    # NdArray f32 (stock-op bodies)
@@ -11,11 +10,11 @@
 
 use burn::backend::NdArray;
 use burn::tensor::DType;
-use burn_fused_head::HeadPrecision;
-use burn_fused_head::gates::{FastOutputs, StageOutputs, run_fast_path, run_stages};
-use burn_fused_head::reference::HeadData;
+use burn_fused_head::{HeadActivation, HeadOptions, HeadPrecision};
+use burn_fused_head_testing::gates::{FastOutputs, StageOutputs, run_fast_path, run_stages};
+use burn_fused_head_testing::reference::HeadData;
 
-/// B, I, C of the pass, and the seed of its inputs.
+/// B, I, C of the pass, and the seed of its pseudo-random inputs.
 const BATCH: usize = 64;
 const INPUTS: usize = 128;
 const CLASSES: usize = 10;
@@ -56,6 +55,14 @@ fn main() {
     println!("PASS");
 }
 
+/// The ReLU head in exact f32: what the stages compute.
+fn relu_exact() -> burn_fused_head::backend::KernelOptions {
+    HeadOptions::new()
+        .with_activation(HeadActivation::Relu)
+        .with_precision(HeadPrecision::Exact)
+        .kernels()
+}
+
 #[cfg(feature = "cuda")]
 fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
     use burn::backend::Cuda;
@@ -70,7 +77,8 @@ fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
     use burn::backend::Vulkan;
-    let device = burn_fused_head::vulkan::device();
+    burn_fused_head_testing::vulkan::require_driver();
+    let device = burn::backend::wgpu::WgpuDevice::default();
     let (x, w, b, labels) = data.tensors::<Vulkan>(&device, DType::F32);
     (
         "Vulkan (wgpu kernels, fusion on), f32",
@@ -92,19 +100,20 @@ fn run_under_test(data: &HeadData) -> (&'static str, StageOutputs) {
 fn fast_path_under_test(data: &HeadData) -> FastOutputs {
     let device = burn::backend::cuda::CudaDevice::default();
     let (x, w, b, labels) = data.tensors::<burn::backend::Cuda>(&device, DType::F32);
-    run_fast_path(x, w, b, labels, 1.0, HeadPrecision::Exact)
+    run_fast_path(x, w, b, labels, 1.0, relu_exact())
 }
 
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 fn fast_path_under_test(data: &HeadData) -> FastOutputs {
-    let device = burn_fused_head::vulkan::device();
+    burn_fused_head_testing::vulkan::require_driver();
+    let device = burn::backend::wgpu::WgpuDevice::default();
     let (x, w, b, labels) = data.tensors::<burn::backend::Vulkan>(&device, DType::F32);
-    run_fast_path(x, w, b, labels, 1.0, HeadPrecision::Exact)
+    run_fast_path(x, w, b, labels, 1.0, relu_exact())
 }
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 fn fast_path_under_test(data: &HeadData) -> FastOutputs {
     let device = Default::default();
     let (x, w, b, labels) = data.tensors::<NdArray<f32>>(&device, DType::F32);
-    run_fast_path(x, w, b, labels, 1.0, HeadPrecision::Exact)
+    run_fast_path(x, w, b, labels, 1.0, relu_exact())
 }

@@ -1,7 +1,7 @@
 //! Day 100 on burn-train: the digits MLP of `train_digits` (stock `Linear` 64 -> 64, ReLU, then
 //! the head 64 -> 10) trained by Burn's `Learner`, with its progress display (a terminal UI on
 //! a terminal, lines of text otherwise), its loss and accuracy metrics on both splits, and its
-//! checkpoints; once with our `FusedHead` (its `forward_classification`) and once with Burn's
+//! checkpoints; once with our `FusedLinearCrossEntropy` (its `forward_classification`) and once with Burn's
 //! stock head (`Linear` + relu + `CrossEntropyLoss`) from the same initial weights. Prints the
 //! test accuracy of each trained model.
 //!
@@ -35,7 +35,7 @@ use burn::record::CompactRecorder;
 use burn::tensor::activation::relu;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Element, ElementConversion, Int, Tensor, TensorData};
-use burn_fused_head::{FusedHead, FusedHeadBackend};
+use burn_fused_head::{FusedHeadBackend, FusedLinearCrossEntropy};
 use burn_train::metric::{AccuracyMetric, LossMetric};
 use burn_train::{
     ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, MultiDeviceOptim,
@@ -95,7 +95,7 @@ fn split(x: &[f32], y: &[i64], features: usize) -> Vec<Digit> {
 #[derive(Module, Debug)]
 struct FusedModel<B: Backend> {
     hidden: Linear<B>,
-    head: FusedHead<B>,
+    head: FusedLinearCrossEntropy<B>,
 }
 
 /// The MLP with Burn's stock head.

@@ -10,36 +10,34 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
-use burn_fused_head::{FusedHead, FusedHeadBackend, FusedHeadConfig, HeadLoss, HeadPrecision};
+use burn_fused_head::{FusedHeadBackend, FusedLinearCrossEntropy, FusedLinearCrossEntropyConfig};
 
 #[derive(Module, Debug)]
 struct Model<B: Backend> {
     hidden: Linear<B>,
-    head: FusedHead<B>, // weight [C, I], bias [C]
+    head: FusedLinearCrossEntropy<B>, // in place of `Linear` + `CrossEntropyLoss`
 }
 
 impl<B: FusedHeadBackend> Model<B> {
     fn new(device: &B::Device) -> Self {
         Self {
             hidden: LinearConfig::new(784, 256).init(device),
-            // I = 256 inputs, C = 10 classes; Tf32 allows tensor cores for C > 32 on CUDA.
-            head: FusedHeadConfig::new(256, 10)
-                .with_precision(HeadPrecision::Exact)
+            head: FusedLinearCrossEntropyConfig::new(256, 10) // I = 256, C = 10
+                .with_ignore_index(Some(-100)) // rows labelled -100 count for nothing
                 .init(device),
         }
     }
 
-    /// The cross-entropy under `options` (`HeadLoss::new()`: the mean), `[1]`:
-    /// `loss.backward()` reaches X, W and b.
-    fn loss(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>, options: &HeadLoss) -> Tensor<B, 1> {
+    /// The loss `[1]`: `loss.backward()` reaches the head's W and b and the hidden layer.
+    fn loss(&self, x: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
         let h = Relu::new().forward(self.hidden.forward(x)); // [B, 256]
-        self.head.forward_loss(h, labels, options)
+        self.head.forward_loss(h, targets)
     }
 
-    /// The predicted class of each row, `[B]`.
+    /// The predicted class of each row `[B]`, from the logits `[B, C]` (`Linear::forward`'s).
     fn predict(&self, x: Tensor<B, 2>) -> Tensor<B, 1, Int> {
         let h = Relu::new().forward(self.hidden.forward(x));
-        self.head.logits(h).argmax(1).squeeze_dim(1) // H = ReLU(X W^T + b), [B, C]
+        self.head.forward(h).argmax(1).squeeze_dim(1)
     }
 }
 
@@ -47,12 +45,10 @@ fn train<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
     let mut model = Model::<B>::new(device);
     let mut optim = AdamConfig::new().init();
     let x = Tensor::<B, 2>::random([64, 784], Distribution::Normal(0.0, 1.0), device);
-    let labels = Tensor::<B, 1, Int>::arange(0..64, device).remainder_scalar(10);
-    // Burn's and PyTorch's options: here rows labelled -100 (padding) count for nothing.
-    let labels = labels.clone().mask_fill(labels.equal_elem(9), -100);
-    let options = HeadLoss::new().with_ignore_index(Some(-100));
+    let targets = Tensor::<B, 1, Int>::arange(0..64, device).remainder_scalar(10);
+    let targets = targets.clone().mask_fill(targets.equal_elem(9), -100); // padding
     for step in 0..5 {
-        let loss = model.loss(x.clone(), labels.clone(), &options);
+        let loss = model.loss(x.clone(), targets.clone());
         println!("step {step}: loss {}", loss.clone().into_scalar());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model, grads);

@@ -1,7 +1,7 @@
-//! Day 100: train a real classifier end to end with the fused head.
+//! Train a real classifier end to end with the fused head.
 //!
 //! A two-layer MLP on the UCI handwritten digits (1797 images of 8x8, shipped inside the
-//! `smartcore` crate): stock `Linear` 64 -> 64, ReLU, then our `FusedHead` 64 -> 10, trained with
+//! `smartcore` crate): stock `Linear` 64 -> 64, ReLU, then our ReLU head 64 -> 10, trained with
 //! Adam on mini-batches. The same training with Burn's stock head (Linear + relu +
 //! CrossEntropyLoss) from the same initial weights runs beside it, and both curves are printed.
 //! The trained model is saved with Burn's recorder, loaded back, and evaluated again.
@@ -21,8 +21,8 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Element, ElementConversion, Int, Tensor, TensorData};
-use burn_fused_head::reference::seeded_uniform;
-use burn_fused_head::{FusedHead, FusedHeadBackend, HeadActivation, HeadPrecision};
+use burn_fused_head::{FusedHeadBackend, FusedLinearCrossEntropy, HeadActivation, HeadOptions};
+use burn_fused_head_testing::reference::seeded_uniform;
 
 /// Adam's learning rate.
 pub const LEARNING_RATE: f64 = 1e-3;
@@ -88,7 +88,7 @@ pub fn load_digits(seed: u64) -> Digits {
 /// Which head ends the MLP.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum HeadKind {
-    /// Our `FusedHead`.
+    /// Our `FusedLinearCrossEntropy`, with the ReLU.
     Fused,
     /// Burn's `Linear` + relu + `CrossEntropyLoss`.
     Stock,
@@ -99,7 +99,7 @@ pub struct Mlp<B: Backend> {
     /// The hidden layer, 64 -> 64 (then ReLU).
     pub hidden: Linear<B>,
     /// Our head, 64 -> 10.
-    pub fused: FusedHead<B>,
+    pub fused: FusedLinearCrossEntropy<B>,
     /// Burn's head from the same weights (then ReLU and `CrossEntropyLoss`).
     pub stock: Linear<B>,
 }
@@ -110,14 +110,15 @@ impl<B: FusedHeadBackend> Mlp<B> {
     /// transposed).
     pub fn new(device: &B::Device, hidden: usize, seed: u64) -> Self {
         let (k_in, k_hidden) = (1.0 / 8.0, 1.0 / (hidden as f64).sqrt()); // fan_in 64, hidden
-        let fused = FusedHead {
+        let fused = FusedLinearCrossEntropy {
             weight: Param::from_tensor(seeded_uniform(seed, [10, hidden], k_hidden, device)),
             // Shifted to U(1 - k, 1 + k): where an example's every ReLU logit is dead (Z <= 0)
             // nothing moves it again (dZ = 0), so the head starts with every class alive.
             // With b ~ U(-k, k) about 10% of the test set stayed stuck (89.4% accuracy).
-            bias: Param::from_tensor(seeded_uniform(seed + 1, [10], k_hidden, device) + 1.0),
-            precision: HeadPrecision::Exact,
-            activation: HeadActivation::Relu,
+            bias: Some(Param::from_tensor(
+                seeded_uniform(seed + 1, [10], k_hidden, device) + 1.0,
+            )),
+            options: HeadOptions::new().with_activation(HeadActivation::Relu),
         };
         let first = Linear {
             weight: Param::from_tensor(seeded_uniform(seed + 2, [64, hidden], k_in, device)),
@@ -130,7 +131,9 @@ impl<B: FusedHeadBackend> Mlp<B> {
         };
         let stock = Linear {
             weight: Param::from_tensor(fused.weight.val().transpose().detach()),
-            bias: Some(Param::from_tensor(fused.bias.val().detach())),
+            bias: Some(Param::from_tensor(
+                fused.bias.as_ref().expect("b").val().detach(),
+            )),
         };
         Self {
             hidden: first,
@@ -146,7 +149,7 @@ impl<B: FusedHeadBackend> Mlp<B> {
     pub fn loss(&self, kind: HeadKind, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
         let h = self.features(x);
         match kind {
-            HeadKind::Fused => self.fused.forward(h, labels),
+            HeadKind::Fused => self.fused.forward_loss(h, labels),
             HeadKind::Stock => {
                 let logits = burn::tensor::activation::relu(self.stock.forward(h)); // [B, 10]
                 CrossEntropyLossConfig::new()
@@ -159,7 +162,7 @@ impl<B: FusedHeadBackend> Mlp<B> {
     pub fn logits(&self, kind: HeadKind, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let h = self.features(x);
         match kind {
-            HeadKind::Fused => self.fused.logits(h),
+            HeadKind::Fused => self.fused.forward(h),
             HeadKind::Stock => burn::tensor::activation::relu(self.stock.forward(h)),
         }
     }

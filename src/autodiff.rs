@@ -1,9 +1,9 @@
-//! `Autodiff<B, C>`: B's fused forward, and one backward step. Where B computes the gradients
-//! in the forward pass ([`FusedHeadBackend::head_gradients_in_forward`], the CubeCL backends at
-//! C > 32), the step scales them by the upstream gradient (or, where it is exactly 1, takes
-//! them as they are); elsewhere it runs B's fused backward (stages 3 to 6) from the Z and dH
-//! the forward pass kept. The predictions of `linear_relu_cross_entropy_and_predictions` come
-//! from the same forward call and are never tracked.
+//! `Autodiff<B, C>`: the op ([`FusedHeadBackend::head_cross_entropy`]) as B's fused forward
+//! and one backward step. Where B computes the gradients in the forward pass
+//! ([`FusedHeadBackend::head_gradients_in_forward`], the CubeCL backends at C > 32), the step
+//! scales them by the upstream gradient (or, where it is exactly 1, takes them as they are);
+//! elsewhere it runs B's fused backward (stages 3 to 6) from the Z and dH the forward pass
+//! kept. The predictions come from the same forward call and are never tracked.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -15,9 +15,11 @@ use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::backend::{
-    FusedHeadBackend, HeadGradients, HeadLimits, HeadOptions, HeadWanted, predictions_of,
+    FusedHeadBackend, HeadGradients, HeadLimits, HeadStep, HeadWanted, KernelOptions,
+    forward_with_rows, materialized, materialized_backward, predictions_of, streams,
 };
-use crate::loss::{self as options_loss, HeadLoss, HeadReduction};
+use crate::options::{HeadOptions, HeadReduction};
+use crate::rows::{denominator, reduce, row_upstream, rows, sums_dtype, weighted_rows};
 
 /// Only the loss is overridden: the stages keep their stock-op bodies on `Autodiff`, which
 /// autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
@@ -34,36 +36,19 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
         B::head_gradients_in_forward(batch, inputs, classes)
     }
 
-    fn linear_relu_cross_entropy(
+    fn head_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        options: HeadOptions,
-    ) -> FloatTensor<Self> {
-        tracked::<B, C>(x, weight, bias, labels, options, false).0
-    }
-
-    fn linear_relu_cross_entropy_loss(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        loss: &HeadLoss,
-        options: HeadOptions,
-    ) -> FloatTensor<Self> {
-        with_loss::<B, C>([x, weight, bias], labels, loss, options)
-    }
-
-    fn linear_relu_cross_entropy_and_predictions(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        options: HeadOptions,
-    ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        let (loss, predictions) = tracked::<B, C>(x, weight, bias, labels, options, true);
-        (loss, predictions.expect("predictions asked for"))
+        targets: IntTensor<Self>,
+        options: &HeadOptions,
+        predict: bool,
+    ) -> (FloatTensor<Self>, Option<IntTensor<Self>>) {
+        if options.is_plain() {
+            tracked::<B, C>(x, weight, bias, targets, options.kernels(), predict)
+        } else {
+            with_options::<B, C>([x, weight, bias], targets, options, predict)
+        }
     }
 }
 
@@ -73,12 +58,12 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
     weight: FloatTensor<Autodiff<B, C>>,
     bias: FloatTensor<Autodiff<B, C>>,
     labels: IntTensor<Autodiff<B, C>>,
-    options: HeadOptions,
+    kernels: KernelOptions,
     predict: bool,
 ) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
-    /// The backward step, with the forward pass's options.
+    /// The backward step, with the forward pass's kernel options.
     #[derive(Debug)]
-    struct HeadBackward(HeadOptions);
+    struct HeadBackward(KernelOptions);
 
     impl<B: FusedHeadBackend> Backward<B, 3> for HeadBackward {
         /// X (dW needs it) and W (dX needs it) as checkpointed parents, then Z (the ReLU
@@ -106,12 +91,12 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
 
     let (x_shape, classes) = (x.primitive.shape(), weight.primitive.shape()[0]);
     if x_shape.num_dims() == 2 && B::head_gradients_in_forward(x_shape[0], x_shape[1], classes) {
-        return gradients_in_forward::<B, C>(x, weight, bias, labels, options, predict);
+        return gradients_in_forward::<B, C>(x, weight, bias, labels, kernels, predict);
     }
 
     // Compute bound: keep Z and dH from the forward pass rather than recompute the GEMM
     // under a checkpointing strategy. Labels are integers: not a parent, never differentiated.
-    match HeadBackward(options)
+    match HeadBackward(kernels)
         .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
         .compute_bound()
         .stateful()
@@ -125,22 +110,16 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
                 weight.primitive,
                 bias.primitive,
                 labels,
-                options,
+                kernels,
             );
             let predictions =
-                predict.then(|| predictions_of::<B>(fwd.z.clone(), options.activation, dtype));
+                predict.then(|| predictions_of::<B>(fwd.z.clone(), kernels.activation, dtype));
             let loss = prep.finish((x_id, weight_id, fwd.z, fwd.dh), fwd.loss);
             (loss, predictions)
         }
         OpsKind::UnTracked(prep) => {
-            let (loss, predictions) = untracked::<B>(
-                x.primitive,
-                weight.primitive,
-                bias.primitive,
-                labels,
-                options,
-                predict,
-            );
+            let inputs = [x.primitive, weight.primitive, bias.primitive];
+            let (loss, predictions) = untracked::<B>(inputs, labels, kernels, predict);
             (prep.finish(loss), predictions)
         }
     }
@@ -148,23 +127,14 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
 
 /// The loss (and with `predict` the predictions) on B, nothing tracked.
 fn untracked<B: FusedHeadBackend>(
-    x: FloatTensor<B>,
-    weight: FloatTensor<B>,
-    bias: FloatTensor<B>,
+    [x, weight, bias]: [FloatTensor<B>; 3],
     labels: IntTensor<B>,
-    options: HeadOptions,
+    kernels: KernelOptions,
     predict: bool,
 ) -> (FloatTensor<B>, Option<IntTensor<B>>) {
-    if predict {
-        let (loss, predictions) =
-            B::linear_relu_cross_entropy_and_predictions(x, weight, bias, labels, options);
-        (loss, Some(predictions))
-    } else {
-        (
-            B::linear_relu_cross_entropy(x, weight, bias, labels, options),
-            None,
-        )
-    }
+    let step = HeadStep::loss().with_predictions(predict);
+    let out = B::head_step(x, weight, bias, labels, step, kernels);
+    (out.loss, out.predictions)
 }
 
 /// The tracked op where B computes the gradients in the forward pass: the backward step scales
@@ -174,7 +144,7 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     weight: FloatTensor<Autodiff<B, C>>,
     bias: FloatTensor<Autodiff<B, C>>,
     labels: IntTensor<Autodiff<B, C>>,
-    options: HeadOptions,
+    kernels: KernelOptions,
     predict: bool,
 ) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
     let wanted = wanted([&x, &weight, &bias].map(|t| !t.node.requirement.is_none()));
@@ -186,26 +156,15 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     {
         OpsKind::Tracked(prep) => {
             let (x, weight, bias) = (x.primitive, weight.primitive, bias.primitive);
-            if predict {
-                let (loss, grads, predictions) = B::head_loss_gradients_and_predictions(
-                    x, weight, bias, labels, wanted, options,
-                );
-                (prep.finish(grads, loss), Some(predictions))
-            } else {
-                let (loss, grads) =
-                    B::head_loss_and_gradients(x, weight, bias, labels, wanted, options);
-                (prep.finish(grads, loss), None)
-            }
+            let step = HeadStep::loss()
+                .with_wanted(wanted)
+                .with_predictions(predict);
+            let out = B::head_step(x, weight, bias, labels, step, kernels);
+            (prep.finish(out.gradients, out.loss), out.predictions)
         }
         OpsKind::UnTracked(prep) => {
-            let (loss, predictions) = untracked::<B>(
-                x.primitive,
-                weight.primitive,
-                bias.primitive,
-                labels,
-                options,
-                predict,
-            );
+            let inputs = [x.primitive, weight.primitive, bias.primitive];
+            let (loss, predictions) = untracked::<B>(inputs, labels, kernels, predict);
             (prep.finish(loss), predictions)
         }
     }
@@ -240,7 +199,8 @@ impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
     }
 }
 
-/// The tracked op under [`HeadLoss`] options (B > 0):
+/// The tracked op under cross-entropy options that are not plain (B > 0), and with `predict`
+/// the predictions (never tracked):
 /// - on B's streamed path (C > 32 on the CubeCL backends, no smoothing), the mean and the sum
 ///   compute the gradients in the forward pass with each row's weight in the row kernel, and the
 ///   backward step scales them ([`ScaleGradients`]); the per-row reduction computes the losses
@@ -248,28 +208,30 @@ impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
 ///   weights ([`RowsAgain`]): its upstream gradient is a vector, unknown before the step;
 /// - elsewhere, the materialized path keeps Z and each row's gradient G `[B, C]`, and the
 ///   backward step runs B's fused backward on `G u` ([`Materialized`]).
-fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
+fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
     [x, weight, bias]: [FloatTensor<Autodiff<B, C>>; 3],
     labels: IntTensor<Autodiff<B, C>>,
-    loss: &HeadLoss,
-    options: HeadOptions,
-) -> FloatTensor<Autodiff<B, C>> {
+    options: &HeadOptions,
+    predict: bool,
+) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
     let (dtype, shape) = (x.primitive.dtype(), x.primitive.shape());
     let (batch, inputs, classes) = (shape[0], shape[1], weight.primitive.shape()[0]);
+    let label_dtype = labels.dtype();
     let nodes = [x.node.clone(), weight.node.clone(), bias.node.clone()];
     let wanted = wanted([&x, &weight, &bias].map(|t| !t.node.requirement.is_none()));
-    let rows = options_loss::rows::<B>(labels, loss, classes, options_loss::sums_dtype(dtype));
-    let denominator = options_loss::denominator(&rows, loss);
+    let kernels = options.kernels();
+    let rows = rows::<B>(labels, options, classes, sums_dtype(dtype));
+    let denominator = denominator(&rows, options);
     let untracked = |x, weight, bias| {
         let inputs = [x, weight, bias];
-        options_loss::forward_with_rows::<B>(inputs, &rows, denominator.clone(), loss, options)
+        forward_with_rows::<B>(inputs, &rows, denominator.clone(), options, predict)
     };
     let finish = |t: burn::tensor::Tensor<B, 1>| t.cast(dtype).into_primitive().tensor();
 
-    if !options_loss::streams::<B>(loss, batch, inputs, classes) {
+    if !streams::<B>(options, batch, inputs, classes) {
         return match (Materialized {
-            reduction: loss.reduction,
-            options,
+            reduction: options.reduction,
+            kernels,
         })
         .prepare::<C>(nodes)
         .compute_bound()
@@ -279,20 +241,24 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
                 let x_id = prep.checkpoint(&x);
                 let weight_id = prep.checkpoint(&weight);
                 let inputs = [x.primitive, weight.primitive, bias.primitive];
-                let (z, l, g) = options_loss::materialized::<B>(inputs, &rows, loss, options);
-                let out = options_loss::reduce(l, denominator.clone(), loss.reduction);
+                let (z, l, g) = materialized::<B>(inputs, &rows, options, kernels);
+                let predictions = predict
+                    .then(|| predictions_of::<B>(z.clone(), kernels.activation, label_dtype));
+                let out = reduce(l, denominator.clone(), options.reduction);
                 let denominator = denominator.map(|d| d.into_primitive().tensor());
                 let ignored = rows.ignored.clone().into_primitive();
-                prep.finish((x_id, weight_id, z, g, denominator, ignored), finish(out))
+                let state = (x_id, weight_id, z, g, denominator, ignored);
+                (prep.finish(state, finish(out)), predictions)
             }
             OpsKind::UnTracked(prep) => {
-                prep.finish(untracked(x.primitive, weight.primitive, bias.primitive))
+                let (out, predictions) = untracked(x.primitive, weight.primitive, bias.primitive);
+                (prep.finish(out), predictions)
             }
         };
     }
 
-    if loss.reduction == HeadReduction::None {
-        return match RowsAgain(options)
+    if options.reduction == HeadReduction::None {
+        return match RowsAgain(kernels)
             .prepare::<C>(nodes)
             .compute_bound()
             .stateful()
@@ -301,20 +267,18 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
                 let (x, weight, bias) = (x.primitive, weight.primitive, bias.primitive);
                 let labels = rows.labels.clone().into_primitive();
                 let row_weight = rows.weight.clone().into_primitive().tensor();
-                let (l, _) = B::head_rows_loss_and_gradients(
-                    x.clone(),
-                    weight.clone(),
-                    bias.clone(),
-                    labels.clone(),
-                    row_weight.clone(),
-                    HeadWanted::NONE,
-                    options,
-                );
-                let out = options_loss::weighted_rows(l, &rows);
-                prep.finish((x, weight, bias, labels, row_weight), finish(out))
+                let step = HeadStep::loss()
+                    .with_predictions(predict)
+                    .with_row_weights(row_weight.clone());
+                let inputs = (x.clone(), weight.clone(), bias.clone(), labels.clone());
+                let out = B::head_step(inputs.0, inputs.1, inputs.2, inputs.3, step, kernels);
+                let l = weighted_rows(out.loss, &rows);
+                let state = (x, weight, bias, labels, row_weight);
+                (prep.finish(state, finish(l)), out.predictions)
             }
             OpsKind::UnTracked(prep) => {
-                prep.finish(untracked(x.primitive, weight.primitive, bias.primitive))
+                let (out, predictions) = untracked(x.primitive, weight.primitive, bias.primitive);
+                (prep.finish(out), predictions)
             }
         };
     }
@@ -330,21 +294,25 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
                 Some(d) => (rows.weight.clone() / d).mask_fill(rows.ignored.clone(), 0),
                 None => rows.weight.clone(),
             }; // [B]
-            let (l, grads) = B::head_rows_loss_and_gradients(
+            let step = HeadStep::loss()
+                .with_wanted(wanted)
+                .with_predictions(predict)
+                .with_row_weights(rho.into_primitive().tensor());
+            let out = B::head_step(
                 x.primitive,
                 weight.primitive,
                 bias.primitive,
                 rows.labels.clone().into_primitive(),
-                rho.into_primitive().tensor(),
-                wanted,
-                options,
+                step,
+                kernels,
             );
-            let l = options_loss::weighted_rows(l, &rows);
-            let out = options_loss::reduce(l, denominator, loss.reduction);
-            prep.finish(grads, finish(out))
+            let l = weighted_rows(out.loss, &rows);
+            let result = reduce(l, denominator, options.reduction);
+            (prep.finish(out.gradients, finish(result)), out.predictions)
         }
         OpsKind::UnTracked(prep) => {
-            prep.finish(untracked(x.primitive, weight.primitive, bias.primitive))
+            let (out, predictions) = untracked(x.primitive, weight.primitive, bias.primitive);
+            (prep.finish(out), predictions)
         }
     }
 }
@@ -354,7 +322,7 @@ fn with_loss<B: FusedHeadBackend, C: CheckpointStrategy>(
 #[derive(Debug)]
 struct Materialized {
     reduction: HeadReduction,
-    options: HeadOptions,
+    kernels: KernelOptions,
 }
 
 impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
@@ -385,11 +353,9 @@ impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
         let float = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
         // 0 on the ignored rows even where every row is (g / 0 there): no gradient.
         let ignored = Tensor::<B, 1, burn::tensor::Bool>::from_primitive(ignored);
-        let u =
-            options_loss::row_upstream(float(grad), denominator.map(float), self.reduction, batch)
-                .mask_fill(ignored, 0);
-        let out =
-            options_loss::materialized_backward::<B>([x, weight, z], g, u, wanted, self.options);
+        let u = row_upstream(float(grad), denominator.map(float), self.reduction, batch)
+            .mask_fill(ignored, 0);
+        let out = materialized_backward::<B>([x, weight, z], g, u, wanted, self.kernels);
         register::<B>(grads, parents, out, |g| g);
     }
 }
@@ -397,10 +363,10 @@ impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
 /// The per-row reduction's backward step on the streamed path: the pass again, with
 /// `w[y] g[r]` as each row's weight, for the wanted gradients.
 #[derive(Debug)]
-struct RowsAgain(HeadOptions);
+struct RowsAgain(KernelOptions);
 
 impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
-    /// X, W, b, the labels (ignored rows mapped to 0) and `w[y]` per row.
+    /// X, W, b, the targets (ignored rows mapped to 0) and `w[y]` per row.
     type State = (
         FloatTensor<B>,
         FloatTensor<B>,
@@ -422,16 +388,11 @@ impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
         let row_weight = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(row_weight));
         let grad = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad));
         let rho = grad.cast(row_weight.dtype()) * row_weight; // [B]
-        let (_, out) = B::head_rows_loss_and_gradients(
-            x,
-            weight,
-            bias,
-            labels,
-            rho.into_primitive().tensor(),
-            wanted,
-            self.0,
-        );
-        register::<B>(grads, parents, out, |g| g);
+        let step = HeadStep::loss()
+            .with_wanted(wanted)
+            .with_row_weights(rho.into_primitive().tensor());
+        let out = B::head_step(x, weight, bias, labels, step, self.0);
+        register::<B>(grads, parents, out.gradients, |g| g);
     }
 }
 

@@ -1,5 +1,14 @@
-//! The backend extension trait. Default bodies are stock Burn tensor ops, so every Burn backend
-//! runs the op; `NdArray<f64>` running these bodies is the crate's independent reference.
+//! The backend extension trait, [`FusedHeadBackend`], and the types of its methods. Default
+//! bodies are stock Burn tensor ops, so every Burn backend runs the op; `NdArray<f64>` running
+//! these bodies is the independent reference the kernels are gated against.
+//!
+//! The trait has three layers:
+//! - the six stages and the mean (`head_linear_relu_forward` .. `head_mean_loss`): the
+//!   readable model, one step of the derivation each, which the gates compare stage by stage;
+//! - the fused methods the op runs (`head_logits`, `head_forward`, `head_backward`,
+//!   `head_step`, `head_row_losses`), which the CubeCL backends replace with kernels;
+//! - the op itself, [`FusedHeadBackend::head_cross_entropy`], which `Autodiff` overrides to
+//!   track it.
 
 use burn::backend::NdArray;
 use burn::backend::ndarray::{
@@ -7,7 +16,11 @@ use burn::backend::ndarray::{
 };
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Int, Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+
+pub use crate::options::KernelOptions;
+use crate::options::{HeadActivation, HeadOptions, HeadPrecision};
+use crate::rows::{Rows, denominator, reduce, rows, sums_dtype, weighted_rows};
 
 /// What the forward pass keeps for the backward pass.
 #[derive(Debug, Clone)]
@@ -17,7 +30,7 @@ pub struct HeadForward<B: Backend> {
     /// Pre-activation `Z = X W^T + b`, `[B, C]`: the ReLU mask of the backward pass (unused by
     /// the identity's).
     pub z: FloatTensor<B>,
-    /// `dH = (softmax(H) - onehot(labels)) / B`, `[B, C]`, for a unit upstream gradient.
+    /// `dH = (softmax(H) - onehot(targets)) / B`, `[B, C]`, for a unit upstream gradient.
     pub dh: FloatTensor<B>,
 }
 
@@ -65,99 +78,74 @@ pub struct HeadGradients<B: Backend> {
     pub bias: Option<FloatTensor<B>>,
 }
 
-/// How the large-C products (C > 32 on the CubeCL backends) are computed.
-///
-/// `Exact` (the default) is f32 with FMA throughout and passes the seed's gates against the f64
-/// reference. `Tf32` allows TF32 tensor cores: each operand of the three products
-/// (`X W^T`, `dZ^T X`, `dZ W`) is rounded to TF32 (10-bit mantissa, round to nearest, ties to
-/// even), multiplied exactly and summed in f32. It is a permission, as PyTorch's
-/// `allow_tf32`: where the device has no TF32 tensor cores
-/// ([`FusedHeadBackend::head_tf32_available`] is false), and on the small-C path (memory-bound,
-/// where tensor cores gain nothing), the op runs exact f32.
-#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
-pub enum HeadPrecision {
-    /// f32 with FMA: the seed's gates hold against the f64 reference.
-    Exact,
-    /// TF32 tensor cores for the large-C products where the device has them.
-    Tf32,
-}
-
-// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
-#[allow(clippy::derivable_impls)]
-impl Default for HeadPrecision {
-    fn default() -> Self {
-        Self::Exact
+impl<B: Backend> HeadGradients<B> {
+    /// No gradient.
+    pub fn none() -> Self {
+        Self {
+            x: None,
+            weight: None,
+            bias: None,
+        }
     }
 }
 
-/// The activation between the linear layer and the softmax: `H = act(X W^T + b)`.
-///
-/// `Relu` (the default) is the seed's model. `Identity` applies the cross-entropy to the
-/// logits `X W^T + b` themselves, as Burn's `Linear` + `CrossEntropyLoss`, PyTorch's
-/// `cross_entropy(linear(x))` and every LM head do. Each kernel is compiled once per
-/// activation (a compile-time choice inside it, no per-element branch).
-#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
-pub enum HeadActivation {
-    /// `H = ReLU(Z)`; `dZ = dH [Z > 0]`.
-    Relu,
-    /// `H = Z`; `dZ = dH`.
-    Identity,
+/// What one training step ([`FusedHeadBackend::head_step`]) computes besides the loss.
+#[derive(Debug, Clone)]
+pub struct HeadStep<B: Backend> {
+    /// The gradients to produce, for a unit upstream gradient.
+    pub wanted: HeadWanted,
+    /// Whether to find each row's predicted class too.
+    pub predictions: bool,
+    /// Each row's weight `rho` `[B]` (f32, or f64 for f64 inputs): with it, the loss is the
+    /// per-row losses `[B]`, unweighted, and the gradients are those of
+    /// `sum_r rho[r] loss[r]`; without, the loss is the mean `[1]` and the gradients its own.
+    pub row_weights: Option<FloatTensor<B>>,
 }
 
-// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
-#[allow(clippy::derivable_impls)]
-impl Default for HeadActivation {
-    fn default() -> Self {
-        Self::Relu
+impl<B: Backend> HeadStep<B> {
+    /// The mean loss alone: no gradient, no prediction, no row weight.
+    pub fn loss() -> Self {
+        Self {
+            wanted: HeadWanted::NONE,
+            predictions: false,
+            row_weights: None,
+        }
+    }
+
+    /// This step with the gradients `wanted`.
+    pub fn with_wanted(self, wanted: HeadWanted) -> Self {
+        Self { wanted, ..self }
+    }
+
+    /// This step with (or without) the predictions.
+    pub fn with_predictions(self, predictions: bool) -> Self {
+        Self {
+            predictions,
+            ..self
+        }
+    }
+
+    /// This step with each row's weight `rho` `[B]`.
+    pub fn with_row_weights(self, rho: FloatTensor<B>) -> Self {
+        Self {
+            row_weights: Some(rho),
+            ..self
+        }
     }
 }
 
-/// How the op computes: the precision of the large-C products and the activation. The
-/// public functions take anything that converts into it, so a bare [`HeadPrecision`] (with
-/// ReLU) or a bare [`HeadActivation`] (exact) works as well as the whole struct:
-///
-/// ```
-/// use burn_fused_head::{HeadActivation, HeadOptions, HeadPrecision};
-/// let options = HeadOptions::new()
-///     .with_precision(HeadPrecision::Tf32)
-///     .with_activation(HeadActivation::Identity);
-/// assert_eq!(HeadOptions::from(HeadPrecision::Tf32).activation, HeadActivation::Relu);
-/// # let _ = options;
-/// ```
-#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
-pub struct HeadOptions {
-    /// See [`HeadPrecision`]. Default: exact f32.
-    #[config(default = "HeadPrecision::Exact")]
-    pub precision: HeadPrecision,
-    /// See [`HeadActivation`]. Default: ReLU.
-    #[config(default = "HeadActivation::Relu")]
-    pub activation: HeadActivation,
-}
-
-impl Default for HeadOptions {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl From<HeadPrecision> for HeadOptions {
-    fn from(precision: HeadPrecision) -> Self {
-        Self::new().with_precision(precision)
-    }
-}
-
-impl From<HeadActivation> for HeadOptions {
-    fn from(activation: HeadActivation) -> Self {
-        Self::new().with_activation(activation)
-    }
-}
-
-impl HeadOptions {
-    /// Whether the activation is ReLU (the kernels' compile-time flag).
-    #[cfg(feature = "cube")]
-    pub(crate) fn relu(self) -> bool {
-        self.activation == HeadActivation::Relu
-    }
+/// What [`FusedHeadBackend::head_step`] gives back.
+#[derive(Debug, Clone)]
+pub struct HeadStepOutput<B: Backend> {
+    /// The mean loss `[1]`, or with row weights the per-row losses `[B]` (f32, or f64 for f64
+    /// inputs).
+    pub loss: FloatTensor<B>,
+    /// The wanted gradients, for a unit upstream gradient.
+    pub gradients: HeadGradients<B>,
+    /// Where asked for, each row's predicted class `[B]` in the targets' int dtype: the
+    /// argmax of `H = act(X W^T + b)`, the first class of the row's largest value (a row with
+    /// a NaN gets an unspecified class; its loss is NaN).
+    pub predictions: Option<IntTensor<B>>,
 }
 
 /// What a backend's implementation of the op accepts, checked before anything runs.
@@ -170,13 +158,13 @@ pub struct HeadLimits {
     pub max_elements: usize,
 }
 
-/// A Burn backend that runs the fused classifier head.
+/// A Burn backend that runs the fused linear cross-entropy.
 ///
-/// Shapes: X `[B, I]`, W `[C, I]`, b `[C]`, labels `[B]` (integers in `[0, C)`), H, Z, dH, dZ `[B, C]`.
-/// Each stage has a default body built from stock Burn ops; a backend with kernels overrides the
-/// seven primitive stages (the six of the seed plus [`head_mean_loss`](Self::head_mean_loss)),
-/// and the composite methods follow. Shapes are validated by the public functions
-/// ([`crate::linear_relu_cross_entropy`]); calling these methods directly skips that step.
+/// Shapes: X `[B, I]`, W `[C, I]`, b `[C]`, targets `[B]` (integers in `[0, C)`), H, Z, dH,
+/// dZ `[B, C]`. Each method has a default body built from stock Burn ops; a backend with
+/// kernels overrides the stages and the fused methods. Shapes are validated by the public
+/// functions ([`crate::fused_linear_cross_entropy`]); calling these methods directly skips
+/// that step.
 pub trait FusedHeadBackend: Backend {
     /// What this implementation accepts (dtypes, sizes).
     fn head_limits() -> HeadLimits {
@@ -190,6 +178,16 @@ pub trait FusedHeadBackend: Backend {
     /// ops) is false: they run exact.
     fn head_tf32_available(device: &Self::Device) -> bool {
         let _ = device;
+        false
+    }
+
+    /// Whether, for X `[batch, inputs]` and C = `classes`, the op computes the gradients in the
+    /// forward pass ([`head_step`](Self::head_step) with the tracked inputs' gradients) rather
+    /// than keep Z and dH for a backward pass. [`Autodiff`](burn::backend::Autodiff) asks this
+    /// to choose. The default (stock ops) is false; the CubeCL backends say true for C > 32,
+    /// where they stream the batch in chunks of rows and never hold a `[B, C]` tensor.
+    fn head_gradients_in_forward(batch: usize, inputs: usize, classes: usize) -> bool {
+        let _ = (batch, inputs, classes);
         false
     }
 
@@ -220,20 +218,19 @@ pub trait FusedHeadBackend: Backend {
         (prim(z), prim(h))
     }
 
-    /// The head's output `H = act(X W^T + b)` `[B, C]` alone, without the loss: what
-    /// [`crate::linear_relu_logits_with`] runs. The default is stage 1
-    /// ([`head_linear_relu_forward`](Self::head_linear_relu_forward)), its H for ReLU and its Z
-    /// for the identity, exact whatever the precision; the CubeCL backends run the fast path's
-    /// forward kernels without the loss (C <= 32: one pass over X; C > 32: the tiled product,
-    /// on TF32 tensor cores with [`HeadPrecision::Tf32`] where the device has them).
+    /// The head's output `H = act(X W^T + b)` `[B, C]` alone, without the loss. The default is
+    /// stage 1 ([`head_linear_relu_forward`](Self::head_linear_relu_forward)), its H for ReLU
+    /// and its Z for the identity, exact whatever the precision; the CubeCL backends run the
+    /// fused forward kernels without the loss (C <= 32: one pass over X; C > 32: the tiled
+    /// product, on TF32 tensor cores with [`HeadPrecision::Tf32`] where the device has them).
     fn head_logits(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        options: HeadOptions,
+        kernels: KernelOptions,
     ) -> FloatTensor<Self> {
         let (z, h) = Self::head_linear_relu_forward(x, weight, bias);
-        match options.activation {
+        match kernels.activation {
             HeadActivation::Relu => h,
             HeadActivation::Identity => z,
         }
@@ -355,15 +352,15 @@ pub trait FusedHeadBackend: Backend {
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        options: HeadOptions,
+        targets: IntTensor<Self>,
+        kernels: KernelOptions,
     ) -> HeadForward<Self> {
         let (z, h) = Self::head_linear_relu_forward(x, weight, bias); // [B, C] each
-        let h = match options.activation {
+        let h = match kernels.activation {
             HeadActivation::Relu => h,
             HeadActivation::Identity => z.clone(),
         };
-        let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, labels); // [B], [B, C]
+        let (loss_rows, dh) = Self::head_softmax_cross_entropy(h, targets); // [B], [B, C]
         HeadForward {
             loss: Self::head_mean_loss(loss_rows),
             z,
@@ -385,9 +382,9 @@ pub trait FusedHeadBackend: Backend {
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
         wanted: HeadWanted,
-        options: HeadOptions,
+        kernels: KernelOptions,
     ) -> HeadGradients<Self> {
-        let dz = match options.activation {
+        let dz = match kernels.activation {
             HeadActivation::Relu => Self::head_relu_backward(z, dh, grad_loss), // [B, C]
             HeadActivation::Identity => scaled::<Self>(dh, grad_loss),          // [B, C]
         };
@@ -400,129 +397,66 @@ pub trait FusedHeadBackend: Backend {
         }
     }
 
-    /// Whether, for X `[batch, inputs]` and C = `classes`, the op computes the gradients in the
-    /// forward pass ([`head_loss_and_gradients`](Self::head_loss_and_gradients)) rather than
-    /// keep Z and dH for a backward pass. [`Autodiff`](burn::backend::Autodiff) asks this to
-    /// choose. The default (stock ops) is false; the CubeCL backends say true for C > 32, where
-    /// they stream the batch in chunks of rows and never hold a `[B, C]` tensor.
-    fn head_gradients_in_forward(batch: usize, inputs: usize, classes: usize) -> bool {
-        let _ = (batch, inputs, classes);
-        false
-    }
-
-    /// The loss `[1]` and, for a unit upstream gradient, the wanted gradients, in one call
-    /// (with [`HeadWanted::NONE`], the loss alone). [`Autodiff`](burn::backend::Autodiff) runs
-    /// this in the forward pass where [`head_gradients_in_forward`](Self::head_gradients_in_forward)
-    /// says so, and scales the gradients by the upstream gradient in its backward step: the
-    /// loss is a scalar, so that is the exact gradient. A tracked call whose backward never
-    /// runs still pays for the gradients.
+    /// One training step: the loss and, for a unit upstream gradient, the gradients `step`
+    /// wants, with the predictions where it asks for them, in one call.
+    /// [`Autodiff`](burn::backend::Autodiff) runs this in the forward pass where
+    /// [`head_gradients_in_forward`](Self::head_gradients_in_forward) says so, and scales the
+    /// gradients by the upstream gradient in its backward step: the loss is a scalar (or, with
+    /// row weights, the weights carry the upstream gradient), so that is the exact gradient. A
+    /// tracked call whose backward never runs still pays for the gradients.
     ///
-    /// The default runs [`head_forward`](Self::head_forward), then, if any gradient is wanted,
-    /// [`head_backward`](Self::head_backward) with an upstream gradient of 1.
-    fn head_loss_and_gradients(
+    /// Without row weights, the default runs [`head_forward`](Self::head_forward), takes the
+    /// predictions as the argmax of its Z's activation (stock ops), then, if any gradient is
+    /// wanted, [`head_backward`](Self::head_backward) with an upstream gradient of 1. With row
+    /// weights it runs the materialized path: Z from [`head_logits`](Self::head_logits), the
+    /// row algebra from [`head_row_losses`](Self::head_row_losses), the gradients from
+    /// [`head_backward`](Self::head_backward). The CubeCL backends at C > 32 run the streamed
+    /// path, the row weights and the predictions in its row kernel.
+    fn head_step(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        wanted: HeadWanted,
-        options: HeadOptions,
-    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
-        let (loss, grads, _) =
-            forward_then_backward::<Self>([x, weight, bias], labels, wanted, options, false);
-        (loss, grads)
+        targets: IntTensor<Self>,
+        step: HeadStep<Self>,
+        kernels: KernelOptions,
+    ) -> HeadStepOutput<Self> {
+        match step.row_weights {
+            None => forward_then_backward::<Self>(
+                [x, weight, bias],
+                targets,
+                step.wanted,
+                kernels,
+                step.predictions,
+            ),
+            Some(rho) => weighted_step::<Self>(
+                [x, weight, bias],
+                targets,
+                rho,
+                step.wanted,
+                kernels,
+                step.predictions,
+            ),
+        }
     }
 
-    /// [`head_loss_and_gradients`](Self::head_loss_and_gradients), plus the predicted class of
-    /// each row, `[B]` in the labels' int dtype: the argmax of `H = act(X W^T + b)`, the first
-    /// class of the row's largest value (a row with a NaN gets an unspecified class; its loss is
-    /// NaN). From the same pass: no second product.
-    ///
-    /// The default runs [`head_forward`](Self::head_forward), takes the argmax of its Z's
-    /// activation with stock ops, then (if any gradient is wanted)
-    /// [`head_backward`](Self::head_backward) with an upstream gradient of 1. The CubeCL
-    /// backends at C > 32 find it in the streamed path's row kernel.
-    fn head_loss_gradients_and_predictions(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        wanted: HeadWanted,
-        options: HeadOptions,
-    ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
-        let (loss, grads, predictions) =
-            forward_then_backward::<Self>([x, weight, bias], labels, wanted, options, true);
-        (loss, grads, predictions.expect("predictions asked for"))
-    }
-
-    /// The loss `[1]` and the predicted class of each row `[B]`:
-    /// [`head_loss_gradients_and_predictions`](Self::head_loss_gradients_and_predictions) with
-    /// no gradient wanted. [`Autodiff`](burn::backend::Autodiff) overrides this with a tracked
-    /// loss (the predictions are never differentiated).
-    fn linear_relu_cross_entropy_and_predictions(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        options: HeadOptions,
-    ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        let (loss, _, predictions) = Self::head_loss_gradients_and_predictions(
-            x,
-            weight,
-            bias,
-            labels,
-            HeadWanted::NONE,
-            options,
-        );
-        (loss, predictions)
-    }
-
-    /// The per-row losses `[B]`, unweighted (f32, or f64 for f64 inputs), and for the row
-    /// weights `rho` `[B]` (in that dtype too: f32 for f32 and bf16 inputs; checked) the wanted
-    /// gradients of `sum_r rho[r] loss[r]`: the
-    /// streamed path's step under [`HeadLoss`](crate::HeadLoss) options without smoothing
-    /// (`rho` is `w[y] / sum w` for the mean, `w[y]` for the sum, `w[y] g[r]` in the backward
-    /// step of the per-row reduction). A label outside `[0, C)` gets a NaN loss and a NaN
-    /// gradient row.
-    ///
-    /// The default computes Z with [`head_logits`](Self::head_logits), the row algebra with
-    /// stock ops on `[B, C]`, and the gradients with [`head_backward`](Self::head_backward);
-    /// the CubeCL backends at C > 32 run the streamed path with `rho` in its row kernel.
-    fn head_rows_loss_and_gradients(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        rho: FloatTensor<Self>,
-        wanted: HeadWanted,
-        options: HeadOptions,
-    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
-        crate::loss::rows_loss_and_gradients::<Self>(
-            [x, weight, bias],
-            labels,
-            rho,
-            wanted,
-            options,
-        )
-    }
-
-    /// The row algebra of [`HeadLoss`](crate::HeadLoss) options on `H = act(Z)`, Z `[B, C]`:
-    /// the per-row losses `L` `[B]` (f32, or f64 for f64 inputs) and their gradients
-    /// `G = dL[r]/dH[r]` `[B, C]` (Z's dtype), for the materialized path. `labels` `[B]` have
-    /// the ignored rows' mapped to 0; `row_weight` is `w[y]` per row (0 ignored, NaN for a
-    /// label outside `[0, C)`), `keep` 0 for an ignored row and 1 elsewhere; `class_weights`
-    /// `[C]` and `smoothing` as in `HeadLoss`. The default is stock ops; `Fusion` runs its
-    /// inner backend's as one operation.
+    /// The row algebra of the cross-entropy options on `H = act(Z)`, Z `[B, C]`: the per-row
+    /// losses `L` `[B]` (f32, or f64 for f64 inputs) and their gradients `G = dL[r]/dH[r]`
+    /// `[B, C]` (Z's dtype), for the materialized path. `targets` `[B]` have the ignored rows'
+    /// mapped to 0; `row_weight` is `w[y]` per row (0 ignored, NaN for a target outside
+    /// `[0, C)`), `keep` 0 for an ignored row and 1 elsewhere; `class_weights` `[C]` and
+    /// `smoothing` as in [`HeadOptions`]. The default is stock ops; `Fusion` runs its inner
+    /// backend's as one operation.
     fn head_row_losses(
         z: FloatTensor<Self>,
-        labels: IntTensor<Self>,
+        targets: IntTensor<Self>,
         row_weight_and_keep: [FloatTensor<Self>; 2],
         class_weights: Option<FloatTensor<Self>>,
         smoothing: f32,
         activation: HeadActivation,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        crate::loss::row_losses::<Self>(
+        crate::rows::row_losses::<Self>(
             z,
-            labels,
+            targets,
             row_weight_and_keep,
             class_weights,
             smoothing,
@@ -530,69 +464,259 @@ pub trait FusedHeadBackend: Backend {
         )
     }
 
-    /// The op under [`HeadLoss`](crate::HeadLoss) options, `[1]` (`[B]` for
-    /// [`HeadReduction::None`](crate::HeadReduction)): what
-    /// [`crate::linear_relu_cross_entropy_loss`] runs for options that are not plain, B > 0.
-    /// The default computes the result alone; [`Autodiff`](burn::backend::Autodiff) overrides
-    /// it with a tracked op.
-    fn linear_relu_cross_entropy_loss(
+    /// The op: the cross-entropy of `act(X W^T + b)` against the targets under `options`
+    /// (`[1]`, or `[B]` for [`HeadReduction::None`](crate::HeadReduction)) and, with
+    /// `predict`, each row's predicted class `[B]`; B > 0 where the options are not plain.
+    /// What [`crate::fused_linear_cross_entropy`] runs. The default computes the result
+    /// alone: plain options through [`head_step`](Self::head_step), others through the
+    /// streamed path's row weights or the materialized path.
+    /// [`Autodiff`](burn::backend::Autodiff) overrides it with a tracked op.
+    fn head_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        loss: &crate::HeadLoss,
-        options: HeadOptions,
-    ) -> FloatTensor<Self> {
-        crate::loss::forward_only::<Self>([x, weight, bias], labels, loss, options)
-    }
-
-    /// The loss alone, `[1]`: [`head_loss_and_gradients`](Self::head_loss_and_gradients) with
-    /// no gradient wanted. [`Autodiff`](burn::backend::Autodiff) overrides this with a tracked
-    /// op whose backward step produces the gradients.
-    fn linear_relu_cross_entropy(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        options: HeadOptions,
-    ) -> FloatTensor<Self> {
-        Self::head_loss_and_gradients(x, weight, bias, labels, HeadWanted::NONE, options).0
+        targets: IntTensor<Self>,
+        options: &HeadOptions,
+        predict: bool,
+    ) -> (FloatTensor<Self>, Option<IntTensor<Self>>) {
+        if options.is_plain() {
+            let step = HeadStep::loss().with_predictions(predict);
+            let out = Self::head_step(x, weight, bias, targets, step, options.kernels());
+            return (out.loss, out.predictions);
+        }
+        forward_only::<Self>([x, weight, bias], targets, options, predict)
     }
 }
 
-/// The default of [`FusedHeadBackend::head_loss_and_gradients`] (without `predict`) and of
-/// [`FusedHeadBackend::head_loss_gradients_and_predictions`] (with it): B's forward, with
+/// The default of [`FusedHeadBackend::head_step`] without row weights: B's forward, with
 /// `predict` the argmax of its Z's activation (stock ops), then, if any gradient is wanted,
 /// B's backward with an upstream gradient of 1.
 pub(crate) fn forward_then_backward<B: FusedHeadBackend>(
     [x, weight, bias]: [FloatTensor<B>; 3],
-    labels: IntTensor<B>,
+    targets: IntTensor<B>,
     wanted: HeadWanted,
-    options: HeadOptions,
+    kernels: KernelOptions,
     predict: bool,
-) -> (FloatTensor<B>, HeadGradients<B>, Option<IntTensor<B>>) {
-    let dtype = labels.dtype();
-    let fwd = B::head_forward(x.clone(), weight.clone(), bias, labels, options);
+) -> HeadStepOutput<B> {
+    let dtype = targets.dtype();
+    let fwd = B::head_forward(x.clone(), weight.clone(), bias, targets, kernels);
     let predictions =
-        predict.then(|| predictions_of::<B>(fwd.z.clone(), options.activation, dtype));
+        predict.then(|| predictions_of::<B>(fwd.z.clone(), kernels.activation, dtype));
     if !wanted.any() {
-        return (fwd.loss, HeadGradients::none(), predictions);
+        return HeadStepOutput {
+            loss: fwd.loss,
+            gradients: HeadGradients::none(),
+            predictions,
+        };
     }
     let loss = float::<B, 1>(fwd.loss); // [1]
     let one = Tensor::<B, 1>::ones([1], (&loss.device(), loss.dtype())); // [1]
-    let grads = B::head_backward(x, weight, fwd.z, fwd.dh, prim(one), wanted, options);
-    (prim(loss), grads, predictions)
+    let gradients = B::head_backward(x, weight, fwd.z, fwd.dh, prim(one), wanted, kernels);
+    HeadStepOutput {
+        loss: prim(loss),
+        gradients,
+        predictions,
+    }
 }
 
-impl<B: Backend> HeadGradients<B> {
-    /// No gradient.
-    pub fn none() -> Self {
-        Self {
-            x: None,
-            weight: None,
-            bias: None,
+/// The materialized path's forward on `B`: Z `[B, C]` from the fast path's logits (exact or
+/// TF32 as `kernels` says), then B's [`FusedHeadBackend::head_row_losses`]. Returns
+/// `(Z, L [B], G [B, C])`, all in [`sums_dtype`]: half-precision inputs run in f32 (their
+/// products exact), and the backward casts the gradients back to the inputs' dtype.
+pub(crate) fn materialized<B: FusedHeadBackend>(
+    [x, weight, bias]: [FloatTensor<B>; 3],
+    rows: &Rows<B>,
+    loss: &HeadOptions,
+    kernels: KernelOptions,
+) -> (FloatTensor<B>, Tensor<B, 1>, FloatTensor<B>) {
+    let dtype = x.dtype();
+    let (x, weight, bias) = (to_sums::<B>(x), to_sums::<B>(weight), to_sums::<B>(bias));
+    let logits = for_sums(kernels, dtype).with_activation(HeadActivation::Identity);
+    let z = B::head_logits(x, weight, bias, logits); // [B, C], in the sums' dtype
+    let class_weights = loss.class_weights.as_ref().map(|w| {
+        let (device, dtype) = (rows.weight.device(), rows.weight.dtype());
+        let data = TensorData::new(w.clone(), [w.len()]).convert_dtype(dtype);
+        Tensor::<B, 1>::from_data(data, (&device, dtype))
+            .into_primitive()
+            .tensor()
+    });
+    let (l, g) = B::head_row_losses(
+        z.clone(),
+        rows.labels.clone().into_primitive(),
+        [rows.weight.clone(), rows.keep.clone()].map(|t| t.into_primitive().tensor()),
+        class_weights,
+        loss.smoothing.unwrap_or(0.0),
+        kernels.activation,
+    );
+    let l = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(l));
+    (z, l, g)
+}
+
+/// The materialized path's backward: `dH = G u` with `u` `[B]` (each row's upstream
+/// gradient), then B's fused backward with an upstream gradient of 1.
+pub(crate) fn materialized_backward<B: FusedHeadBackend>(
+    [x, weight, z]: [FloatTensor<B>; 3],
+    g: FloatTensor<B>,
+    u: Tensor<B, 1>,
+    wanted: HeadWanted,
+    kernels: KernelOptions,
+) -> HeadGradients<B> {
+    let g = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(g)); // [B, C]
+    let (device, dtype) = (g.device(), g.dtype());
+    let dh = if g.shape().num_elements() == 0 {
+        g
+    } else {
+        g * u.cast(dtype).unsqueeze_dim::<2>(1)
+    }; // [B, C]
+    let one = Tensor::<B, 1>::ones([1], (&device, dtype));
+    let input_dtype = x.dtype();
+    let grads = B::head_backward(
+        to_sums::<B>(x),
+        to_sums::<B>(weight),
+        z,
+        dh.into_primitive().tensor(),
+        one.into_primitive().tensor(),
+        wanted,
+        for_sums(kernels, input_dtype),
+    );
+    let back = |t: FloatTensor<B>| {
+        let rank = t.shape().num_dims();
+        let t = TensorPrimitive::Float(t);
+        match rank {
+            1 => Tensor::<B, 1>::from_primitive(t)
+                .cast(input_dtype)
+                .into_primitive(),
+            _ => Tensor::<B, 2>::from_primitive(t)
+                .cast(input_dtype)
+                .into_primitive(),
         }
+        .tensor()
+    };
+    HeadGradients {
+        x: grads.x.map(back),
+        weight: grads.weight.map(back),
+        bias: grads.bias.map(back),
     }
+}
+
+/// A float primitive in [`sums_dtype`] (f32 for half-precision inputs; as it is otherwise):
+/// the materialized path computes in it, so nothing `[B, C]` is rounded to a half type.
+fn to_sums<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
+    let (dtype, rank) = (t.dtype(), t.shape().num_dims());
+    if sums_dtype(dtype) == dtype {
+        return t;
+    }
+    let t = TensorPrimitive::Float(t);
+    match rank {
+        1 => Tensor::<B, 1>::from_primitive(t)
+            .cast(sums_dtype(dtype))
+            .into_primitive(),
+        _ => Tensor::<B, 2>::from_primitive(t)
+            .cast(sums_dtype(dtype))
+            .into_primitive(),
+    }
+    .tensor()
+}
+
+/// `kernels` for the materialized path on inputs of `dtype`: exact products for
+/// half-precision inputs (as the op's own f32 fallback for them), as they are otherwise.
+fn for_sums(kernels: KernelOptions, dtype: DType) -> KernelOptions {
+    if sums_dtype(dtype) == dtype {
+        kernels
+    } else {
+        kernels.with_precision(HeadPrecision::Exact)
+    }
+}
+
+/// Whether `options` run on the streamed path of `B` for X `[batch, inputs]` and C classes:
+/// where B computes the gradients in the forward pass, and without smoothing.
+pub(crate) fn streams<B: FusedHeadBackend>(
+    options: &HeadOptions,
+    batch: usize,
+    inputs: usize,
+    classes: usize,
+) -> bool {
+    options.epsilon() == 0.0 && B::head_gradients_in_forward(batch, inputs, classes)
+}
+
+/// The result of `options` without gradients on `B` (an inner backend, or an untracked
+/// call), and with `predict` the predictions: the streamed path's per-row losses where it
+/// runs, else the materialized forward.
+pub(crate) fn forward_only<B: FusedHeadBackend>(
+    [x, weight, bias]: [FloatTensor<B>; 3],
+    targets: IntTensor<B>,
+    options: &HeadOptions,
+    predict: bool,
+) -> (FloatTensor<B>, Option<IntTensor<B>>) {
+    let classes = weight.shape()[0];
+    let rows = rows::<B>(targets, options, classes, sums_dtype(x.dtype()));
+    let denominator = denominator(&rows, options);
+    forward_with_rows::<B>([x, weight, bias], &rows, denominator, options, predict)
+}
+
+/// [`forward_only`] from the targets' [`Rows`] and the mean's denominator, already made.
+pub(crate) fn forward_with_rows<B: FusedHeadBackend>(
+    [x, weight, bias]: [FloatTensor<B>; 3],
+    rows: &Rows<B>,
+    denominator: Option<Tensor<B, 1>>,
+    options: &HeadOptions,
+    predict: bool,
+) -> (FloatTensor<B>, Option<IntTensor<B>>) {
+    let (dtype, [batch, inputs]) = (x.dtype(), dims2(&x.shape()));
+    let classes = weight.shape()[0];
+    let kernels = options.kernels();
+    let (l, predictions) = if streams::<B>(options, batch, inputs, classes) {
+        let step = HeadStep::loss()
+            .with_predictions(predict)
+            .with_row_weights(rows.weight.clone().into_primitive().tensor());
+        let targets = rows.labels.clone().into_primitive();
+        let out = B::head_step(x, weight, bias, targets, step, kernels);
+        (weighted_rows(out.loss, rows), out.predictions)
+    } else {
+        let (z, l, _) = materialized::<B>([x, weight, bias], rows, options, kernels);
+        let label_dtype = rows.labels.dtype();
+        let predictions = predict.then(|| predictions_of::<B>(z, kernels.activation, label_dtype));
+        (l, predictions)
+    };
+    let out = reduce(l, denominator, options.reduction);
+    (out.cast(dtype).into_primitive().tensor(), predictions)
+}
+
+/// The default of [`FusedHeadBackend::head_step`] with row weights: the materialized path
+/// with `rho` as each row's weight (no class weight, no smoothing, nothing ignored).
+pub(crate) fn weighted_step<B: FusedHeadBackend>(
+    [x, weight, bias]: [FloatTensor<B>; 3],
+    targets: IntTensor<B>,
+    rho: FloatTensor<B>,
+    wanted: HeadWanted,
+    kernels: KernelOptions,
+    predict: bool,
+) -> HeadStepOutput<B> {
+    let dtype = x.dtype();
+    let label_dtype = targets.dtype();
+    let classes = weight.shape()[0];
+    let plain = HeadOptions::new();
+    let rows = rows::<B>(targets, &plain, classes, sums_dtype(dtype));
+    let inputs = [x.clone(), weight.clone(), bias];
+    let (z, l, g) = materialized::<B>(inputs, &rows, &plain, kernels);
+    let predictions =
+        predict.then(|| predictions_of::<B>(z.clone(), kernels.activation, label_dtype));
+    let gradients = if wanted.any() {
+        let rho = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(rho));
+        materialized_backward::<B>([x, weight, z], g, rho, wanted, kernels)
+    } else {
+        HeadGradients::none()
+    };
+    HeadStepOutput {
+        loss: l.into_primitive().tensor(),
+        gradients,
+        predictions,
+    }
+}
+
+/// `[rows, cols]` of a rank-2 shape.
+fn dims2(shape: &burn::tensor::Shape) -> [usize; 2] {
+    [shape[0], shape[1]]
 }
 
 /// Zeros of `shape` on `like`'s device and dtype, or, for a shape with no element, an empty

@@ -1,81 +1,28 @@
-//! The public functions: the op on tensors, its logits, and a label check.
+//! The functional form of the op, and a check of the targets.
 
+use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 
-use crate::backend::{FusedHeadBackend, HeadOptions};
-use crate::loss::{HeadLoss, HeadReduction};
+use crate::backend::FusedHeadBackend;
+use crate::options::{HeadOptions, HeadReduction, KernelOptions};
 use crate::validate;
 
-/// `mean_r cross_entropy(softmax(ReLU(X W^T + b))[r], labels[r])`, shape `[1]`.
+/// The cross-entropy of `act(X W^T + b)` against `targets` under `options`: `Linear` +
+/// `CrossEntropyLoss` in one fused op, forward and backward, with no `[B, C]` tensor kept
+/// where the CubeCL backends stream the classes (C > 32).
 ///
-/// [`linear_relu_cross_entropy_with`] takes [`HeadOptions`]: the precision of the large-C
-/// products, and the activation ([`HeadActivation::Identity`](crate::HeadActivation) for
-/// cross-entropy on `X W^T + b` itself, as `Linear` + `CrossEntropyLoss`).
+/// - `x`: X `[B, I]`, or any leading dims as `Linear` takes them: X `[d0, .., dk, I]` with
+///   targets `[d0, .., dk]` is the op on the `B = d0 .. dk` rows (a reshape, no copy of
+///   contiguous data); the gradient of X comes back in X's shape.
+/// - `weight`: W stored `[C, I]`, one class's coefficients contiguous: an embedding's layout,
+///   so a weight tied to the input embedding passes as it is. (`nn::Linear` stores its weight
+///   `[I, C]`: pass `linear.weight.val().transpose()`, or convert the layer with
+///   [`FusedLinearCrossEntropy::from`](crate::FusedLinearCrossEntropy).)
+/// - `bias`: b `[C]`, or `None` for none.
+/// - `targets`: class indices in `[0, C)`, in any int dtype of the backend.
 ///
-/// - `x`: X `[B, I]`; `weight`: W stored `[C, I]`; `bias`: b `[C]`; `labels`: `[B]`, integers in `[0, C)`.
-/// - Any leading dims, as `Linear` takes them: X `[d0, .., dk, I]` with labels `[d0, .., dk]`
-///   is the op on the `B = d0 .. dk` rows (a reshape, no copy of contiguous data); the
-///   gradient of X comes back in X's shape.
-/// - On an [`Autodiff`](burn::backend::Autodiff) backend the result is tracked:
-///   `loss.backward()` gives the gradients of X, W and b (those that require them), scaled by
-///   the upstream gradient, so the loss may be multiplied or added to other losses.
-/// - A label outside `[0, C)` never reaches memory as an index: its row's loss is NaN, so the
-///   mean and every gradient are NaN. Call [`validate_labels`] first for an error instead.
-/// - An empty batch (B = 0) gives NaN, as PyTorch's mean over nothing; its gradients are zero.
-///
-/// # Panics
-/// Before anything runs, on mismatched shapes (the I of X and W, b not `[C]`, labels not `[B]`,
-/// C = 0), inputs on different devices, float dtypes that differ or that the backend's kernels
-/// do not run (the CubeCL kernels run f32), or tensors too large for the kernels' addressing.
-pub fn linear_relu_cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
-    x: Tensor<B, D>,
-    weight: Tensor<B, 2>,
-    bias: Tensor<B, 1>,
-    labels: Tensor<B, DL, Int>,
-) -> Tensor<B, 1> {
-    linear_relu_cross_entropy_with(x, weight, bias, labels, HeadOptions::new())
-}
-
-/// [`linear_relu_cross_entropy`] with [`HeadOptions`] (or a bare
-/// [`HeadPrecision`](crate::HeadPrecision) or [`HeadActivation`](crate::HeadActivation)):
-/// - precision: `HeadPrecision::Tf32` allows TF32 tensor cores for the large-C products where
-///   the device has them ([`FusedHeadBackend::head_tf32_available`]), forward and backward;
-///   elsewhere it runs exact;
-/// - activation: `HeadActivation::Relu` (the default) or `HeadActivation::Identity`, which
-///   computes `mean_r cross_entropy(softmax(X W^T + b)[r], labels[r])`.
-///
-/// Same checks, panics and edge cases as [`linear_relu_cross_entropy`].
-pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend, const D: usize, const DL: usize>(
-    x: Tensor<B, D>,
-    weight: Tensor<B, 2>,
-    bias: Tensor<B, 1>,
-    labels: Tensor<B, DL, Int>,
-    options: impl Into<HeadOptions>,
-) -> Tensor<B, 1> {
-    let op = "linear_relu_cross_entropy";
-    let labels = rows_of_labels(op, &x, labels); // [B]
-    let x = rows_of(op, x); // [B, I]
-    validate::head_tensors(
-        "linear_relu_cross_entropy",
-        &x,
-        &weight,
-        &bias,
-        Some(&labels),
-    );
-    let loss = B::linear_relu_cross_entropy(
-        x.into_primitive().tensor(),
-        weight.into_primitive().tensor(),
-        bias.into_primitive().tensor(),
-        labels.into_primitive(),
-        options.into(),
-    );
-    Tensor::from_primitive(TensorPrimitive::Float(loss))
-}
-
-/// The op under the cross-entropy options of Burn's `CrossEntropyLossConfig` and PyTorch's
-/// `cross_entropy`, [`HeadLoss`]: ignored rows (`ignore_index`, `pad_tokens`), class weights,
-/// label smoothing and the reductions mean, sum and none, with PyTorch's semantics. For row r
-/// with label y, `lp = log_softmax(act(X W^T + b)[r])`, class weights w and smoothing e:
+/// For row r with target y, `lp = log_softmax(act(X W^T + b)[r])`, class weights w and
+/// smoothing e (see [`HeadOptions`]):
 ///
 /// ```text
 /// L[r] = (1 - e) w[y] (-lp[y]) + (e / C) sum_c w[c] (-lp[c])       (0 for an ignored row)
@@ -83,152 +30,166 @@ pub fn linear_relu_cross_entropy_with<B: FusedHeadBackend, const D: usize, const
 /// ```
 ///
 /// Returns `[1]` for the mean and the sum, and for [`HeadReduction::None`] the `[N]` losses of
-/// the rows in order (`N = d0 .. dk`; `.reshape(labels.dims())` gives them the labels' shape);
-/// tracked on an [`Autodiff`](burn::backend::Autodiff) backend for any upstream gradient.
+/// the rows in order (`.reshape(targets.dims())` gives them the targets' shape). On an
+/// [`Autodiff`](burn::backend::Autodiff) backend the result is tracked: `backward()` gives the
+/// gradients of X, W and b (those that require them) for any upstream gradient.
 ///
-/// - Plain options ([`HeadLoss::is_plain`]) run [`linear_relu_cross_entropy_with`], bit for bit.
-/// - Without smoothing, C > 32 on the CubeCL backends runs the streamed path (no `[B, C]`
-///   tensor) with each row's weight in its row kernel; the per-row reduction computes its
-///   losses in the forward pass and runs the streamed pass again in the backward step, for
-///   the per-row upstream gradient (twice the products of the mean). Label smoothing, C <= 32 and
-///   the stock-op backends run the materialized path: Z from the op's logits kernels, the
-///   row algebra in stock ops on `[B, C]` (f32 for bf16 inputs), the gradients from the op's
-///   backward kernels; it holds Z and the rows' gradients, two `[B, C]` tensors.
-/// - A label outside `[0, C)` that is not ignored gives its row a NaN loss and NaN gradients:
-///   under the mean, the result and every gradient are NaN.
+/// ```
+/// use burn::backend::{Autodiff, NdArray};
+/// use burn::tensor::{Int, Tensor};
+/// use burn_fused_head::{HeadOptions, fused_linear_cross_entropy};
+///
+/// type B = Autodiff<NdArray>;
+/// let device = Default::default();
+/// let x = Tensor::<B, 2>::from_floats([[1.0, 2.0], [0.5, -1.0], [0.0, 3.0]], &device); // [B, I]
+/// let weight = Tensor::<B, 2>::from_floats([[0.1, 0.2], [0.3, -0.4]], &device).require_grad(); // [C, I]
+/// let targets = Tensor::<B, 1, Int>::from_ints([0, 1, 1], &device); // [B]
+///
+/// let loss = fused_linear_cross_entropy(x, weight.clone(), None, targets, &HeadOptions::new());
+/// let grads = loss.backward();
+/// assert_eq!(weight.grad(&grads).unwrap().dims(), [2, 2]);
+/// ```
+///
+/// Edge cases:
+/// - A target outside `[0, C)` that is not ignored never reaches memory as an index: its row's
+///   loss is NaN, so under the mean the result and every gradient are NaN.
+///   [`validate_targets`] gives an error instead.
 /// - Every row ignored under the mean gives NaN (0 / 0) and zero gradients, as PyTorch. An
-///   ignored row has no loss and a zero gradient (NaN where its own logits are not finite, as
-///   PyTorch's). An empty batch gives NaN (mean), 0 (sum) or `[0]` (none, untracked); its
-///   gradients are zero.
+///   empty batch (B = 0) gives NaN (mean), 0 (sum) or `[0]` (none, untracked); its gradients
+///   are zero.
+/// - Paths: plain options ([`HeadOptions::is_plain`]) run the fused kernels. Without
+///   smoothing, C > 32 on the CubeCL backends runs the streamed path with each row's weight in
+///   its row kernel; the reduction `None` runs that pass again in the backward step (twice
+///   the products of the mean). Label smoothing, C <= 32 and the stock-op backends run the
+///   materialized path, which holds Z and the rows' gradients, two `[B, C]` tensors.
 ///
 /// # Panics
-/// As [`linear_relu_cross_entropy`], and on class weights that are not `[C]` or not finite,
-/// or a smoothing outside `[0, 1]`.
-pub fn linear_relu_cross_entropy_loss<B: FusedHeadBackend, const D: usize, const DL: usize>(
+/// Before anything runs, on mismatched shapes (the I of X and W, b not `[C]`, targets not
+/// X's leading dims, C = 0), inputs on different devices, float dtypes that differ or that the
+/// backend's kernels do not run, tensors too large for the kernels' addressing, class weights
+/// that are not `[C]` or not finite, a smoothing outside `[0, 1]` or a chunk budget of 0.
+pub fn fused_linear_cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
     x: Tensor<B, D>,
     weight: Tensor<B, 2>,
-    bias: Tensor<B, 1>,
-    labels: Tensor<B, DL, Int>,
-    loss: &HeadLoss,
-    options: impl Into<HeadOptions>,
+    bias: Option<Tensor<B, 1>>,
+    targets: Tensor<B, DL, Int>,
+    options: &HeadOptions,
 ) -> Tensor<B, 1> {
-    let op = "linear_relu_cross_entropy_loss";
-    let options = options.into();
-    let labels = rows_of_labels(op, &x, labels); // [B]
+    let op = "fused_linear_cross_entropy";
+    cross_entropy(op, x, weight, bias, targets, options, false).0
+}
+
+/// [`fused_linear_cross_entropy`] and the predicted class of each row, in one call (for
+/// metrics: accuracy without a second pass over X): the argmax over C of
+/// `H = act(X W^T + b)`, the first class of the row's largest value (a row with a NaN gets an
+/// unspecified class; its loss is NaN), in the targets' shape and int dtype. At C > 32 on the
+/// CubeCL backends they come from the streamed path's row kernel, with no `[B, C]` tensor;
+/// elsewhere from the forward pass's Z. The loss, its tracking, checks and panics are
+/// [`fused_linear_cross_entropy`]'s.
+pub fn fused_linear_cross_entropy_and_predictions<
+    B: FusedHeadBackend,
+    const D: usize,
+    const DL: usize,
+>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+    targets: Tensor<B, DL, Int>,
+    options: &HeadOptions,
+) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
+    let op = "fused_linear_cross_entropy_and_predictions";
+    let dims = targets.dims();
+    let (loss, predictions) = cross_entropy(op, x, weight, bias, targets, options, true);
+    let predictions = predictions.expect("predictions asked for"); // [B]
+    (loss, predictions.reshape(dims))
+}
+
+/// The op on X's rows: the result and, with `predict`, the predictions `[B]`.
+fn cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
+    op: &str,
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+    targets: Tensor<B, DL, Int>,
+    options: &HeadOptions,
+    predict: bool,
+) -> (Tensor<B, 1>, Option<Tensor<B, 1, Int>>) {
+    let targets = rows_of_targets(op, &x, targets); // [B]
     let x = rows_of(op, x); // [B, I]
-    validate::head_tensors(op, &x, &weight, &bias, Some(&labels));
-    loss.check(op, weight.dims()[0]);
+    let bias = bias_or_zeros(bias, &weight); // [C]
+    validate::head_tensors(op, &x, &weight, &bias, Some(&targets));
+    options.check(op, weight.dims()[0]);
     let batch = x.dims()[0];
-    if loss.is_plain() || (batch == 0 && loss.reduction == HeadReduction::Mean) {
-        return linear_relu_cross_entropy_with(x, weight, bias, labels, options);
-    }
-    if batch == 0 {
-        if loss.reduction == HeadReduction::None {
-            return Tensor::empty([0], (&x.device(), x.dtype()));
+    let (device, label_dtype) = (x.device(), targets.dtype());
+    let empty_predictions = || Tensor::<B, 1, Int>::empty([0], (&device, label_dtype));
+    if batch == 0 && !options.is_plain() {
+        match options.reduction {
+            // The mean over no row: NaN, the plain op's own answer.
+            HeadReduction::Mean => {}
+            HeadReduction::Sum => {
+                // The sum over no row: 0, tracked (the op's gradients of an empty batch are zero).
+                let plain = plain_of(options);
+                let (nan, _) = cross_entropy(op, x, weight, Some(bias), targets, &plain, false);
+                return (
+                    nan.clone().mask_fill(nan.is_nan(), 0),
+                    Some(empty_predictions()),
+                );
+            }
+            HeadReduction::None => {
+                let none = Tensor::empty([0], (&device, x.dtype()));
+                return (none, Some(empty_predictions()));
+            }
         }
-        // The sum over no row: 0, tracked (the op's gradients of an empty batch are zero).
-        let nan = linear_relu_cross_entropy_with(x, weight, bias, labels, options);
-        return nan.clone().mask_fill(nan.is_nan(), 0);
     }
-    let out = B::linear_relu_cross_entropy_loss(
+    let plain;
+    let options = if batch == 0 {
+        plain = plain_of(options);
+        &plain
+    } else {
+        options
+    };
+    let (loss, predictions) = B::head_cross_entropy(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
         bias.into_primitive().tensor(),
-        labels.into_primitive(),
-        loss,
+        targets.into_primitive(),
         options,
+        predict,
     );
-    Tensor::from_primitive(TensorPrimitive::Float(out))
-}
-
-/// [`linear_relu_cross_entropy`] and the predicted class of each row, in one call (for metrics:
-/// accuracy without a second pass over X). Returns the loss `[1]`, tracked on an
-/// [`Autodiff`](burn::backend::Autodiff) backend exactly as the op's, and the predictions in
-/// the labels' shape and int dtype: the argmax over C of `H` (the first class of the row's
-/// largest value; a row with a NaN gets an unspecified class, its loss is NaN). At C > 32 on
-/// the CubeCL backends they come from the streamed path's row kernel, with no `[B, C]` tensor;
-/// elsewhere from the forward's Z. Checks, panics and edge cases as
-/// [`linear_relu_cross_entropy`].
-pub fn linear_relu_cross_entropy_and_predictions<
-    B: FusedHeadBackend,
-    const D: usize,
-    const DL: usize,
->(
-    x: Tensor<B, D>,
-    weight: Tensor<B, 2>,
-    bias: Tensor<B, 1>,
-    labels: Tensor<B, DL, Int>,
-) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
-    linear_relu_cross_entropy_and_predictions_with(x, weight, bias, labels, HeadOptions::new())
-}
-
-/// [`linear_relu_cross_entropy_and_predictions`] with [`HeadOptions`], as in
-/// [`linear_relu_cross_entropy_with`].
-pub fn linear_relu_cross_entropy_and_predictions_with<
-    B: FusedHeadBackend,
-    const D: usize,
-    const DL: usize,
->(
-    x: Tensor<B, D>,
-    weight: Tensor<B, 2>,
-    bias: Tensor<B, 1>,
-    labels: Tensor<B, DL, Int>,
-    options: impl Into<HeadOptions>,
-) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
-    let op = "linear_relu_cross_entropy_and_predictions";
-    let label_dims = labels.dims();
-    let labels = rows_of_labels(op, &x, labels); // [B]
-    let x = rows_of(op, x); // [B, I]
-    validate::head_tensors(op, &x, &weight, &bias, Some(&labels));
-    let (loss, predictions) = B::linear_relu_cross_entropy_and_predictions(
-        x.into_primitive().tensor(),
-        weight.into_primitive().tensor(),
-        bias.into_primitive().tensor(),
-        labels.into_primitive(),
-        options.into(),
-    );
-    let predictions = Tensor::<B, 1, Int>::from_primitive(predictions); // [B]
     (
         Tensor::from_primitive(TensorPrimitive::Float(loss)),
-        predictions.reshape(label_dims),
+        predictions.map(Tensor::from_primitive),
     )
 }
 
-/// The head's output `H = ReLU(X W^T + b)`, `[B, C]` (X's leading dims, then C), in exact f32
-/// (for prediction: the argmax of H is the predicted class). Checks and panics as
-/// [`linear_relu_cross_entropy`].
-///
-/// On an inner backend (no autodiff) this runs the op's kernels (C <= 32: one pass over X with
-/// the small-C forward's layout; C > 32: the tiled forward product); on an `Autodiff` backend
-/// it runs stock ops, which autodiff differentiates as usual.
-pub fn linear_relu_logits<B: FusedHeadBackend, const D: usize>(
-    x: Tensor<B, D>,
-    weight: Tensor<B, 2>,
-    bias: Tensor<B, 1>,
-) -> Tensor<B, D> {
-    linear_relu_logits_with(x, weight, bias, HeadOptions::new())
+/// `options` with the plain mean's loss options (activation, precision and chunks kept).
+fn plain_of(options: &HeadOptions) -> HeadOptions {
+    HeadOptions::new()
+        .with_activation(options.activation)
+        .with_precision(options.precision)
+        .with_chunk_elements(options.chunk_elements)
 }
 
-/// [`linear_relu_logits`] with [`HeadOptions`], as in [`linear_relu_cross_entropy_with`]:
-/// `HeadPrecision::Tf32` allows TF32 tensor cores for the product where the device has them
-/// and C > 32 (elsewhere, and on an `Autodiff` backend, it runs exact);
-/// `HeadActivation::Identity` returns `X W^T + b` itself.
-pub fn linear_relu_logits_with<B: FusedHeadBackend, const D: usize>(
+/// `H = act(X W^T + b)` `[.., C]` for X `[.., I]`: what the module's `forward` returns. On an
+/// inner backend (no autodiff) this runs the op's kernels; on an `Autodiff` backend it runs
+/// stock ops, which autodiff differentiates as usual.
+pub(crate) fn logits<B: FusedHeadBackend, const D: usize>(
     x: Tensor<B, D>,
     weight: Tensor<B, 2>,
-    bias: Tensor<B, 1>,
-    options: impl Into<HeadOptions>,
+    bias: Option<Tensor<B, 1>>,
+    kernels: KernelOptions,
 ) -> Tensor<B, D> {
-    let op = "linear_relu_logits";
+    let op = "FusedLinearCrossEntropy::forward";
     let mut out_dims = x.dims();
     out_dims[D - 1] = weight.dims()[0];
     let x = rows_of(op, x); // [B, I]
+    let bias = bias_or_zeros(bias, &weight); // [C]
     validate::head_tensors(op, &x, &weight, &bias, None);
     let h = B::head_logits(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
         bias.into_primitive().tensor(),
-        options.into(),
+        kernels,
     );
     let h = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(h)); // [B, C]
     if D == 2 {
@@ -238,8 +199,21 @@ pub fn linear_relu_logits_with<B: FusedHeadBackend, const D: usize>(
     }
 }
 
+/// b, or zeros `[C]` in W's dtype where there is none (untracked: no gradient). An empty
+/// tensor for C = 0, made without a fill kernel (the checks then refuse it).
+fn bias_or_zeros<B: Backend>(bias: Option<Tensor<B, 1>>, weight: &Tensor<B, 2>) -> Tensor<B, 1> {
+    bias.unwrap_or_else(|| {
+        let (classes, device, dtype) = (weight.dims()[0], weight.device(), weight.dtype());
+        if classes == 0 {
+            Tensor::empty([0], (&device, dtype))
+        } else {
+            Tensor::zeros([classes], (&device, dtype))
+        }
+    })
+}
+
 /// X `[d0, .., dk, I]` as its rows `[d0 .. dk, I]` (rank 2 as it is).
-fn rows_of<B: FusedHeadBackend, const D: usize>(op: &str, x: Tensor<B, D>) -> Tensor<B, 2> {
+fn rows_of<B: Backend, const D: usize>(op: &str, x: Tensor<B, D>) -> Tensor<B, 2> {
     if D < 2 {
         validate::fail_rank(
             op,
@@ -255,67 +229,80 @@ fn rows_of<B: FusedHeadBackend, const D: usize>(op: &str, x: Tensor<B, D>) -> Te
     x.reshape([rows, dims[D - 1]])
 }
 
-/// Labels `[d0, .., dk]` of X `[d0, .., dk, I]` as `[d0 .. dk]`; panics naming both shapes
+/// Targets `[d0, .., dk]` of X `[d0, .., dk, I]` as `[d0 .. dk]`; panics naming both shapes
 /// when they do not match (rank 2 and 1 pass as they are, checked with the other inputs).
-fn rows_of_labels<B: FusedHeadBackend, const D: usize, const DL: usize>(
+fn rows_of_targets<B: Backend, const D: usize, const DL: usize>(
     op: &str,
     x: &Tensor<B, D>,
-    labels: Tensor<B, DL, Int>,
+    targets: Tensor<B, DL, Int>,
 ) -> Tensor<B, 1, Int> {
     if D == 2 && DL == 1 {
-        return Tensor::from_primitive(labels.into_primitive());
+        return Tensor::from_primitive(targets.into_primitive());
     }
-    let (x_dims, label_dims) = (x.dims(), labels.dims());
+    let (x_dims, target_dims) = (x.dims(), targets.dims());
     let leading = &x_dims[..D.saturating_sub(1)];
-    if D < 2 || leading != &label_dims[..] {
+    if D < 2 || leading != &target_dims[..] {
         validate::fail_rank(
             op,
-            &format!("labels must be {leading:?}, the leading dims of X {x_dims:?}"),
-            &label_dims,
+            &format!("targets must be {leading:?}, the leading dims of X {x_dims:?}"),
+            &target_dims,
         );
     }
-    labels.reshape([label_dims.iter().product::<usize>()])
+    targets.reshape([target_dims.iter().product::<usize>()])
 }
 
-/// A label outside `[0, C)`, found by [`validate_labels`].
+/// A target outside `[0, C)`, found by [`validate_targets`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LabelError {
-    /// Row of the first bad label.
-    pub row: usize,
+pub struct TargetError {
+    /// Index (in the flattened targets) of the first bad target.
+    pub index: usize,
     /// Its value.
-    pub label: i64,
+    pub target: i64,
     /// The number of classes C.
     pub classes: usize,
-    /// How many labels are outside `[0, C)`.
+    /// How many targets are outside `[0, C)`.
     pub count: usize,
 }
 
-impl core::fmt::Display for LabelError {
+impl core::fmt::Display for TargetError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "{} label(s) outside [0, {}); the first is labels[{}] = {}",
-            self.count, self.classes, self.row, self.label
+            "{} target(s) outside [0, {}); the first is targets[{}] = {}",
+            self.count, self.classes, self.index, self.target
         )
     }
 }
 
-impl std::error::Error for LabelError {}
+impl std::error::Error for TargetError {}
 
-/// Checks that every label is in `[0, classes)`, for callers who want an error rather than the
-/// op's NaN loss on a bad row. Reads the labels back to the host (a device sync).
-pub fn validate_labels<B: burn::tensor::backend::Backend>(
-    labels: &Tensor<B, 1, Int>,
+/// Checks that every target is in `[0, classes)` or is `ignore_index` (pass
+/// `options.ignore_index`, or `None`), for callers who want an error rather than the op's NaN
+/// loss on a bad row. Reads the targets back to the host (a device sync).
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::tensor::{Int, Tensor};
+/// use burn_fused_head::validate_targets;
+///
+/// let targets = Tensor::<NdArray, 1, Int>::from_ints([0, 3, -100], &Default::default());
+/// assert!(validate_targets(&targets, 4, Some(-100)).is_ok());
+/// let error = validate_targets(&targets, 3, Some(-100)).unwrap_err();
+/// assert_eq!((error.index, error.target, error.count), (1, 3, 1));
+/// ```
+pub fn validate_targets<B: Backend, const D: usize>(
+    targets: &Tensor<B, D, Int>,
     classes: usize,
-) -> Result<(), LabelError> {
-    let data = labels.to_data().convert::<i64>();
-    let values = data.as_slice::<i64>().expect("labels converted to i64");
-    let bad = |v: &i64| *v < 0 || *v >= classes as i64;
+    ignore_index: Option<i64>,
+) -> Result<(), TargetError> {
+    let data = targets.to_data().convert::<i64>();
+    let values = data.as_slice::<i64>().expect("targets converted to i64");
+    let bad = |v: &i64| Some(*v) != ignore_index && (*v < 0 || *v >= classes as i64);
     match values.iter().position(bad) {
         None => Ok(()),
-        Some(row) => Err(LabelError {
-            row,
-            label: values[row],
+        Some(index) => Err(TargetError {
+            index,
+            target: values[index],
             classes,
             count: values.iter().filter(|v| bad(v)).count(),
         }),

@@ -2,7 +2,7 @@
 //! collective tests run them), each with the same model and its own equal shard of the batch,
 //! all-reduce their gradients with Burn's collective (`ReduceOperation::Mean`, what
 //! `ExecutionStrategy::ddp` uses by default) and step their own optimizers. The gradients
-//! after one step must equal one device's on the whole batch (under the seed's gates), every
+//! after one step must equal one device's on the whole batch (under the gates), every
 //! peer must hold the same bits, and after a few SGD steps the weights and the loss must match
 //! single-device training. Burn's DDP itself needs NCCL (CUDA, two GPUs or more); this runs the
 //! same algebra on any backend. Each test is written once, in `data_parallel/cases.rs`, and
@@ -22,11 +22,11 @@ use burn::nn::Linear;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor};
-use burn_fused_head::reference::{HeadData, seeded_uniform};
-use burn_fused_head::{FusedHead, FusedHeadBackend, HeadActivation, HeadPrecision};
+use burn_fused_head::{FusedHeadBackend, FusedLinearCrossEntropy, HeadActivation, HeadOptions};
+use burn_fused_head_testing::reference::{HeadData, seeded_uniform};
 use common::{assert_gates, to_f64};
 
-use burn_fused_head::gates::gate;
+use burn_fused_head_testing::gates::gate;
 
 /// The collective's state is global per backend type: one test at a time.
 static COLLECTIVE: Mutex<()> = Mutex::new(());
@@ -34,7 +34,7 @@ static COLLECTIVE: Mutex<()> = Mutex::new(());
 #[derive(Module, Debug)]
 struct Mlp<B: Backend> {
     hidden: Linear<B>,
-    head: FusedHead<B>,
+    head: FusedLinearCrossEntropy<B>,
 }
 
 impl<B: FusedHeadBackend> Mlp<B> {
@@ -49,18 +49,17 @@ impl<B: FusedHeadBackend> Mlp<B> {
                 weight: param(1, [8, 16], 0.35),
                 bias: Some(vector(2, 16, 0.35)),
             },
-            head: FusedHead {
+            head: FusedLinearCrossEntropy {
                 weight: param(3, [classes, 16], 0.25),
-                bias: vector(4, classes, 0.25),
-                precision: HeadPrecision::Exact,
-                activation: HeadActivation::Relu,
+                bias: Some(vector(4, classes, 0.25)),
+                options: HeadOptions::new().with_activation(HeadActivation::Relu),
             },
         }
     }
 
     fn loss(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
         let hidden = burn::tensor::activation::relu(self.hidden.forward(x)); // [B, 16]
-        self.head.forward(hidden, labels) // [1]
+        self.head.forward_loss(hidden, labels) // [1]
     }
 }
 
@@ -78,7 +77,11 @@ fn gradients<B: FusedHeadBackend>(model: &Mlp<Autodiff<B>>, grads: &GradientsPar
         ),
         to_f64(grads.get::<B, 1>(hidden_b.id).expect("db hidden")),
         to_f64(grads.get::<B, 2>(model.head.weight.id).expect("dW head")),
-        to_f64(grads.get::<B, 1>(model.head.bias.id).expect("db head")),
+        to_f64(
+            grads
+                .get::<B, 1>(model.head.bias.as_ref().expect("b").id)
+                .expect("db head"),
+        ),
     ]
 }
 
@@ -88,7 +91,7 @@ fn parameters<B: FusedHeadBackend>(model: &Mlp<Autodiff<B>>) -> Values {
         to_f64(model.hidden.weight.val()),
         to_f64(model.hidden.bias.as_ref().expect("a bias").val()),
         to_f64(model.head.weight.val()),
-        to_f64(model.head.bias.val()),
+        to_f64(model.head.bias.as_ref().expect("b").val()),
     ]
 }
 
@@ -229,11 +232,7 @@ on_backend!(
     burn::backend::ndarray::NdArrayDevice::Cpu
 );
 #[cfg(feature = "wgpu")]
-on_backend!(
-    wgpu_fusion,
-    burn::backend::Vulkan,
-    burn_fused_head::vulkan::device()
-);
+on_backend!(wgpu_fusion, burn::backend::Vulkan, common::vulkan_device());
 #[cfg(feature = "cuda")]
 on_backend!(
     cuda_fusion,

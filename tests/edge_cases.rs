@@ -5,12 +5,11 @@ mod common;
 
 use burn::backend::Autodiff;
 use burn::tensor::{DType, Int, Tensor};
-use burn_fused_head::gates::run_stages;
-use burn_fused_head::reference::HeadData;
 use burn_fused_head::{
-    FusedHeadBackend, HeadPrecision, linear_relu_cross_entropy, linear_relu_cross_entropy_with,
-    linear_relu_logits_with, validate_labels,
+    FusedHeadBackend, HeadPrecision, fused_linear_cross_entropy, validate_targets,
 };
+use burn_fused_head_testing::gates::run_stages;
+use burn_fused_head_testing::reference::HeadData;
 use common::*;
 
 /// Runs `f` and returns its panic message (the test fails if it does not panic).
@@ -27,7 +26,7 @@ fn panic_message(f: impl FnOnce()) -> String {
 fn fingerprint<B: FusedHeadBackend>(device: &B::Device) -> Vec<u64> {
     let data = HeadData::random(67, 129, 33, 17);
     let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
-    bits(head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy))
+    bits(head_grads(x, w, b, labels, 1.0, relu_loss))
 }
 
 /// The loss and gradients as bits, for bit-for-bit comparisons.
@@ -79,7 +78,7 @@ on_backend!(candle, Candle, Default::default(), 10_000, None);
 on_backend!(
     wgpu_fusion,
     burn::backend::Vulkan,
-    burn_fused_head::vulkan::device(),
+    common::vulkan_device(),
     10_000,
     {
         use cubecl::Runtime;
@@ -110,7 +109,7 @@ fn cuda_refuses_f64_and_f16() {
         let msg = panic_message(move || {
             let data = HeadData::random(73, 3, 4, 2);
             let (x, w, b, labels) = data.tensors::<burn::backend::Cuda>(&device, dtype);
-            linear_relu_cross_entropy(x, w, b, labels);
+            fused_linear_cross_entropy(x, w, Some(b), labels, &relu_options());
         });
         assert!(
             msg.contains(&format!("dtype {dtype:?} is not supported"))

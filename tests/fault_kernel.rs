@@ -1,4 +1,4 @@
-//! The seed's exercise with a real kernel: a test-only weight-gradient kernel that reads dZ as
+//! The gates catch an indexing bug in a real kernel: a test-only weight-gradient kernel that reads dZ as
 //! if it were stored transposed (`dZ[c * B + r]`) must fail the dW gate, and only the dW gate.
 //! Runs on the CubeCL backends (`--features wgpu` or `cuda`).
 #![cfg(feature = "cube")]
@@ -7,8 +7,8 @@ mod common;
 
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{CubeBackend, CubeRuntime};
-use burn_fused_head::gates::{GATE_NAMES, run_stages};
-use burn_fused_head::reference::HeadData;
+use burn_fused_head_testing::gates::{GATE_NAMES, run_stages};
+use burn_fused_head_testing::reference::HeadData;
 use common::reference_stages;
 
 mod faulty {
@@ -82,7 +82,7 @@ fn only_dw_fails<R: CubeRuntime>(device: &R::Device) {
 #[cfg(feature = "wgpu")]
 #[test]
 fn a_mis_indexed_weight_gradient_fails_only_the_dw_gate_on_wgpu() {
-    only_dw_fails::<burn::backend::wgpu::WgpuRuntime>(&burn_fused_head::vulkan::device());
+    only_dw_fails::<burn::backend::wgpu::WgpuRuntime>(&common::vulkan_device());
 }
 
 #[cfg(feature = "cuda")]

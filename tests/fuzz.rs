@@ -1,5 +1,5 @@
 //! A fuzzer against the reference: random cases of the whole op through `Autodiff`, each
-//! against the f64 reference (stock Burn ops on NdArray) under the seed's gate.
+//! against the f64 reference (stock Burn ops on NdArray) under the gate.
 //!
 //! Each case draws B, I and C (0, 1, primes and both sides of every threshold of the dispatch:
 //! C = 16, 17, 32, 33, the one-cube forward, the backward's first chunk of 64 rows, the tiles
@@ -18,9 +18,9 @@ mod common;
 use burn::backend::Autodiff;
 use burn::backend::ndarray::NdArrayDevice;
 use burn::tensor::{DType, Tensor, TensorData};
-use burn_fused_head::gates::{StageOutputs, gate, gate_with_slack, tf32_slack, values};
-use burn_fused_head::reference::HeadData;
-use burn_fused_head::{FusedHeadBackend, HeadPrecision, linear_relu_cross_entropy_with};
+use burn_fused_head::{FusedHeadBackend, HeadPrecision, fused_linear_cross_entropy};
+use burn_fused_head_testing::gates::{StageOutputs, gate, gate_with_slack, tf32_slack, values};
+use burn_fused_head_testing::reference::HeadData;
 use common::*;
 
 /// What the values of a case stress.
@@ -238,7 +238,13 @@ fn run_case<B: FusedHeadBackend>(device: &B::Device, case: &Case) -> Result<(), 
     } else {
         HeadPrecision::Exact
     };
-    let loss = linear_relu_cross_entropy_with(x.clone(), w.clone(), b.clone(), labels, precision);
+    let loss = fused_linear_cross_entropy(
+        x.clone(),
+        w.clone(),
+        Some(b.clone()),
+        labels,
+        &opts(precision),
+    );
     // TF32 (C > 32, the streamed path): the exact reference under the TF32 gate, whose
     // allowance is derived from TF32's mantissa for any rounding rule (`gates::tf32_slack`).
     let want: StageOutputs = reference_stages(&data, case.scale);
@@ -316,7 +322,7 @@ on_backend!(
 on_backend!(
     wgpu_fusion,
     burn::backend::Vulkan,
-    burn_fused_head::vulkan::device(),
+    common::vulkan_device(),
     80
 );
 #[cfg(feature = "cuda")]

@@ -3,7 +3,7 @@
 //! `gates::half_slack` derives from each format; the same bits on every call; the predicted
 //! classes. Both activations; C <= 32 (the f32 kernels on the inputs as f32) and C > 32 (the
 //! native streamed path on cuBLASLt), with chunks of a few rows, an odd I (operands at 2-byte
-//! offsets), a prime B and an upstream gradient; and rows ignored under `HeadLoss`.
+//! offsets), a prime B and an upstream gradient; and rows ignored under `HeadOptions`.
 //!
 //! Every tensor here is made with an explicit dtype: Burn fixes a device type's default float
 //! dtype once per process.
@@ -15,12 +15,12 @@ use burn::backend::Autodiff;
 use burn::backend::cuda::CudaDevice;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, bf16};
-use burn_fused_head::gates::{gate_with_slack, half_slack};
-use burn_fused_head::reference::HeadData;
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, linear_relu_cross_entropy_and_predictions_with,
-    linear_relu_cross_entropy_with,
+    FusedHeadBackend, HeadActivation, fused_linear_cross_entropy,
+    fused_linear_cross_entropy_and_predictions,
 };
+use burn_fused_head_testing::gates::{gate_with_slack, half_slack};
+use burn_fused_head_testing::reference::HeadData;
 use common::*;
 
 type FusionBf16 = Autodiff<burn::backend::Cuda<bf16>>;
@@ -47,11 +47,10 @@ fn check<B: AutodiffBackend + FusedHeadBackend>(
     scale: f64,
 ) {
     let data = HeadData::random(11 + classes as u64, batch, inputs, classes).rounded_to(dtype);
-    let got = chunked(elements, || {
-        let (x, w, b, labels) = data.tensors::<B>(device, dtype);
-        head_grads(x, w, b, labels, scale, |x, w, b, l| {
-            linear_relu_cross_entropy_with(x, w, b, l, activation)
-        })
+    let options = chunks(activation, elements);
+    let (x, w, b, labels) = data.tensors::<B>(device, dtype);
+    let got = head_grads(x, w, b, labels, scale, |x, w, b, l| {
+        fused_linear_cross_entropy(x, w, Some(b), l, &options)
     });
     let want = match activation {
         HeadActivation::Relu => stock_grads(&data, scale),
@@ -84,11 +83,10 @@ fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
 /// The loss and gradients of one bf16 call, as bits.
 fn bits(data: &HeadData, elements: usize) -> Vec<u64> {
     let device = CudaDevice::default();
-    let got = chunked(elements, || {
-        let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
-        head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
-            linear_relu_cross_entropy_with(x, w, b, l, HeadActivation::Relu)
-        })
+    let options = chunks(HeadActivation::Relu, elements);
+    let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+    let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
+        fused_linear_cross_entropy(x, w, Some(b), l, &options)
     });
     [vec![got.loss], got.dx, got.dw, got.db]
         .concat()
@@ -116,17 +114,11 @@ fn bf16_predictions_are_the_rows_argmax() {
     let device = CudaDevice::default();
     for &(batch, inputs, classes, elements) in SHAPES {
         let data = HeadData::random(3, batch, inputs, classes).rounded_to(DType::BF16);
-        let predictions = chunked(elements, || {
-            let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
-            let (_loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
-                x,
-                w,
-                b,
-                labels,
-                HeadActivation::Relu,
-            );
-            to_i64(predictions)
-        });
+        let options = chunks(HeadActivation::Relu, elements);
+        let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+        let (_loss, predictions) =
+            fused_linear_cross_entropy_and_predictions(x, w, Some(b), labels, &options);
+        let predictions = to_i64(predictions);
         let h = reference_stages(&data, 1.0).h;
         assert_predictions(
             &format!("bf16 B={batch} C={classes}"),
@@ -137,16 +129,14 @@ fn bf16_predictions_are_the_rows_argmax() {
     }
 }
 
-/// Rows ignored under `HeadLoss` in bf16 (every fifth): the loss and the gradients are those of
+/// Rows ignored under `HeadOptions` in bf16 (every fifth): the loss and the gradients are those of
 /// the rows kept, under the bf16 bound of the rows kept against the f64 reference on them (an
 /// ignored row's dZ is exactly 0, so it adds nothing to dW and db); the ignored rows' dX is 0.
 /// C <= 32 runs the materialized path in f32, C > 32 the native streamed path with its row
 /// weights.
 #[test]
 fn bf16_ignored_rows_give_the_step_of_the_rows_kept() {
-    use burn_fused_head::{HeadLoss, linear_relu_cross_entropy_loss};
     let device = CudaDevice::default();
-    let loss = HeadLoss::new().with_ignore_index(Some(-100));
     for &(batch, inputs, classes, elements) in SHAPES {
         let full =
             HeadData::random(17 + classes as u64, batch, inputs, classes).rounded_to(DType::BF16);
@@ -165,11 +155,10 @@ fn bf16_ignored_rows_give_the_step_of_the_rows_kept() {
             }
         }
         kept.batch = kept.labels.len();
-        let got = chunked(elements, || {
-            let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
-            head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
-                linear_relu_cross_entropy_loss(x, w, b, l, &loss, HeadActivation::Relu)
-            })
+        let options = chunks(HeadActivation::Relu, elements).with_ignore_index(Some(-100));
+        let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+        let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
+            fused_linear_cross_entropy(x, w, Some(b), l, &options)
         });
         let want = stock_grads(&kept, 1.0);
         let slack = half_slack(&kept, 1.0, DType::BF16, HeadActivation::Relu);

@@ -1,4 +1,4 @@
-//! `linear_relu_cross_entropy_loss` under every `HeadLoss` option (ignored rows, class weights,
+//! `fused_linear_cross_entropy` under every cross-entropy option of `HeadOptions` (ignored rows, class weights,
 //! label smoothing, the three reductions) against PyTorch's `cross_entropy` formula, written
 //! here in stock Burn ops on NdArray f64 from a coefficient matrix built on the host (no code of
 //! the crate's own), its gradients from Burn's autodiff. Each test is written once, in
@@ -11,14 +11,13 @@ mod common;
 use burn::backend::Autodiff;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use burn_fused_head::reference::HeadData;
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, HeadLoss, HeadReduction, linear_relu_cross_entropy_loss,
-    linear_relu_cross_entropy_with,
+    FusedHeadBackend, HeadActivation, HeadOptions, HeadReduction, fused_linear_cross_entropy,
 };
-use common::{Reference, Rng, assert_gates, chunked, reference_device, to_f64};
+use burn_fused_head_testing::reference::HeadData;
+use common::{Reference, Rng, assert_gates, opts, reference_device, to_f64, with_loss};
 
-use burn_fused_head::gates::gate;
+use burn_fused_head_testing::gates::gate;
 
 /// The result (one value, or one per row) and the gradients of `sum(result * upstream)`.
 #[derive(Debug)]
@@ -30,7 +29,7 @@ struct Outcome {
 }
 
 /// Whether PyTorch's `cross_entropy` with `loss` ignores the label `y`.
-fn ignored(loss: &HeadLoss, y: i64) -> bool {
+fn ignored(loss: &HeadOptions, y: i64) -> bool {
     loss.ignore_index == Some(y) || loss.pad_tokens.iter().flatten().any(|&t| t as i64 == y)
 }
 
@@ -38,13 +37,13 @@ fn ignored(loss: &HeadLoss, y: i64) -> bool {
 /// label_smoothing)` on NdArray f64, its gradients by Burn's autodiff: `L[r] = -sum_c A[r, c]
 /// lp[r, c]` with `A[r, c] = (1 - e) w[y] [c = y] + (e / C) w[c]` (0 for an ignored row), the
 /// mean dividing by the sum of `w[y]` over the rows not ignored.
-fn pytorch(data: &HeadData, loss: &HeadLoss, act: HeadActivation, upstream: &[f64]) -> Outcome {
+fn pytorch(data: &HeadData, loss: &HeadOptions, act: HeadActivation, upstream: &[f64]) -> Outcome {
     type AB = Autodiff<Reference>;
     let device = reference_device();
     let (x, w, b, _) = data.tensors::<AB>(&device, DType::F64);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
     let (n, c) = (data.batch, data.classes);
-    let class_weight = |k: usize| loss.weights.as_ref().map_or(1.0, |w| w[k] as f64);
+    let class_weight = |k: usize| loss.class_weights.as_ref().map_or(1.0, |w| w[k] as f64);
     let e = loss.smoothing.unwrap_or(0.0) as f64;
     let mut a = vec![0.0; n * c];
     let mut total = 0.0;
@@ -88,7 +87,7 @@ fn pytorch(data: &HeadData, loss: &HeadLoss, act: HeadActivation, upstream: &[f6
 fn ours<B: FusedHeadBackend>(
     device: &B::Device,
     data: &HeadData,
-    loss: &HeadLoss,
+    loss: &HeadOptions,
     act: HeadActivation,
     upstream: &[f64],
 ) -> Outcome {
@@ -99,14 +98,18 @@ fn ours<B: FusedHeadBackend>(
 fn ours_in<B: FusedHeadBackend>(
     device: &B::Device,
     data: &HeadData,
-    loss: &HeadLoss,
+    loss: &HeadOptions,
     act: HeadActivation,
     upstream: &[f64],
     dtype: DType,
 ) -> Outcome {
     let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, dtype);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
-    let out = linear_relu_cross_entropy_loss(x.clone(), w.clone(), b.clone(), labels, loss, act);
+    let options = HeadOptions {
+        activation: act,
+        ..loss.clone()
+    };
+    let out = fused_linear_cross_entropy(x.clone(), w.clone(), Some(b.clone()), labels, &options);
     let v = Tensor::<Autodiff<B>, 1>::from_data(
         TensorData::new(upstream.to_vec(), [upstream.len()]).convert_dtype(dtype),
         (device, dtype),
@@ -136,25 +139,28 @@ fn data(
 }
 
 /// One upstream value per element of the result: 0.7 for `[1]`, then a spread over rows.
-fn upstream(loss: &HeadLoss, batch: usize) -> Vec<f64> {
+fn upstream(loss: &HeadOptions, batch: usize) -> Vec<f64> {
     match loss.reduction {
         HeadReduction::None => (0..batch).map(|r| 0.5 + (r % 7) as f64 * 0.25).collect(),
         _ => vec![0.7],
     }
 }
 
-/// Ours on `B` against PyTorch's formula under the seed's gates, both activations, with chunks
-/// of `chunk` floats (0: the crate's rule).
+/// Ours on `B` against PyTorch's formula under the gates, both activations, with chunks of
+/// `chunk` floats (0: the crate's rule).
 fn check<B: FusedHeadBackend>(
     device: &B::Device,
     context: &str,
     data: &HeadData,
-    loss: &HeadLoss,
+    loss: &HeadOptions,
     chunk: usize,
 ) {
     for act in [HeadActivation::Relu, HeadActivation::Identity] {
         let u = upstream(loss, data.batch);
-        let got = chunked(chunk, || ours::<B>(device, data, loss, act, &u));
+        let chunked = loss
+            .clone()
+            .with_chunk_elements((chunk > 0).then_some(chunk));
+        let got = ours::<B>(device, data, &chunked, act, &u);
         let want = pytorch(data, loss, act, &u);
         assert_gates(
             &format!("{context}, {act:?}"),
@@ -171,11 +177,11 @@ fn check<B: FusedHeadBackend>(
 /// A random case: a shape on both sides of C = 32, ignored rows (`ignore_index` outside or
 /// inside `[0, C)`, pad tokens), class weights in `[0.1, 2)`, a smoothing, a reduction and a
 /// chunk size (0: the crate's rule; else 1 to 4 rows). At least one row is kept.
-fn random_case(rng: &mut Rng) -> (HeadData, HeadLoss, usize) {
+fn random_case(rng: &mut Rng) -> (HeadData, HeadOptions, usize) {
     let classes = rng.pick(&[2, 5, 17, 32, 33, 40, 70]);
     let (batch, inputs) = (1 + rng.below(24), 1 + rng.below(12));
     let mut data = HeadData::random(rng.next(), batch, inputs, classes);
-    let mut loss = HeadLoss::new().with_reduction(rng.pick(&[
+    let mut loss = HeadOptions::new().with_reduction(rng.pick(&[
         HeadReduction::Mean,
         HeadReduction::Sum,
         HeadReduction::None,
@@ -198,7 +204,7 @@ fn random_case(rng: &mut Rng) -> (HeadData, HeadLoss, usize) {
         let w = (0..classes)
             .map(|_| 0.1 + rng.below(19) as f32 * 0.1)
             .collect();
-        loss = loss.with_weights(Some(w));
+        loss = loss.with_class_weights(Some(w));
     }
     if rng.below(2) == 0 {
         loss = loss.with_smoothing(Some(rng.pick(&[0.05, 0.3, 1.0])));
@@ -212,9 +218,9 @@ fn random_case(rng: &mut Rng) -> (HeadData, HeadLoss, usize) {
 fn in_f64_on_ndarray_every_option_matches_pytorch() {
     type B = burn::backend::NdArray<f64>;
     let device = reference_device();
-    let loss = HeadLoss::new()
+    let loss = HeadOptions::new()
         .with_ignore_index(Some(-100))
-        .with_weights(Some((0..7).map(|k| 0.5 + k as f32 * 0.25).collect()))
+        .with_class_weights(Some((0..7).map(|k| 0.5 + k as f32 * 0.25).collect()))
         .with_smoothing(Some(0.2))
         .with_reduction(HeadReduction::Sum);
     let data = data(24, 9, 6, 7, &[(2, -100)]);
@@ -264,16 +270,12 @@ type Candle = burn::backend::Candle;
 #[cfg(feature = "candle")]
 on_backend!(candle, Candle, Default::default());
 #[cfg(feature = "wgpu")]
-on_backend!(
-    wgpu_fusion,
-    burn::backend::Vulkan,
-    burn_fused_head::vulkan::device()
-);
+on_backend!(wgpu_fusion, burn::backend::Vulkan, common::vulkan_device());
 #[cfg(feature = "wgpu")]
 on_backend!(
     wgpu_raw,
     burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
-    burn_fused_head::vulkan::device()
+    common::vulkan_device()
 );
 #[cfg(feature = "cuda")]
 on_backend!(

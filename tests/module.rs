@@ -1,6 +1,9 @@
-//! `FusedHead` as a Burn module: it trains through `loss.backward()` and an optimizer step,
-//! behind a stock `Linear`, and survives a record round trip. Each test is written once, in
+//! `FusedLinearCrossEntropy` as a Burn module: it trains through `loss.backward()` and an
+//! optimizer step, behind a stock `Linear`, survives a record round trip, and takes the place
+//! of a `Linear` it is made from. Each test is written once, in
 //! `module/cases.rs`, and runs on every backend of the build (`on_backend!` at the bottom).
+
+mod common;
 
 use burn::module::Module;
 use burn::module::Param;
@@ -9,15 +12,16 @@ use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
-use burn_fused_head::reference::{HeadData, seeded_uniform};
 use burn_fused_head::{
-    FusedHead, FusedHeadBackend, FusedHeadConfig, HeadActivation, HeadPrecision,
+    FusedHeadBackend, FusedLinearCrossEntropy, FusedLinearCrossEntropyConfig, HeadActivation,
+    HeadOptions, HeadPrecision, fused_linear_cross_entropy,
 };
+use burn_fused_head_testing::reference::{HeadData, seeded_uniform};
 
 #[derive(Module, Debug)]
 struct Mlp<B: Backend> {
     hidden: Linear<B>,
-    head: FusedHead<B>,
+    head: FusedLinearCrossEntropy<B>,
 }
 
 impl<B: FusedHeadBackend> Mlp<B> {
@@ -32,18 +36,17 @@ impl<B: FusedHeadBackend> Mlp<B> {
                 weight: param(1, [8, 16], 0.35),
                 bias: Some(vector(2, 16, 0.35)),
             },
-            head: FusedHead {
+            head: FusedLinearCrossEntropy {
                 weight: param(3, [4, 16], 0.25),
-                bias: vector(4, 4, 0.25),
-                precision: HeadPrecision::Exact,
-                activation: HeadActivation::Relu,
+                bias: Some(vector(4, 4, 0.25)),
+                options: HeadOptions::new().with_activation(HeadActivation::Relu),
             },
         }
     }
 
     fn loss(&self, x: Tensor<B, 2>, labels: Tensor<B, 1, burn::tensor::Int>) -> Tensor<B, 1> {
         let hidden = burn::tensor::activation::relu(self.hidden.forward(x)); // [B, 16]
-        self.head.forward(hidden, labels) // [1]
+        self.head.forward_loss(hidden, labels) // [1]
     }
 }
 
@@ -87,11 +90,7 @@ on_backend!(
     burn::backend::ndarray::NdArrayDevice::Cpu
 );
 #[cfg(feature = "wgpu")]
-on_backend!(
-    wgpu_fusion,
-    burn::backend::Vulkan,
-    burn_fused_head::vulkan::device()
-);
+on_backend!(wgpu_fusion, burn::backend::Vulkan, common::vulkan_device());
 #[cfg(feature = "cuda")]
 on_backend!(
     cuda_fusion,

@@ -1,6 +1,6 @@
 //! The backend-parity suite: every stage and the whole op on the backend under test (f32)
 //! against the independent reference (stock Burn ops on NdArray, f64), element-wise, under the
-//! seed's gate `|got - ref| <= 2e-5 + 2e-4 |ref|`.
+//! gate `|got - ref| <= 2e-5 + 2e-4 |ref|`.
 //!
 //! Each test is written once, in `parity/cases.rs`, and runs on every backend of the build: one
 //! `on_backend!` line per backend at the bottom (`cargo test --features wgpu` or `cuda` adds
@@ -15,14 +15,15 @@ use burn::module::Param;
 use burn::nn::Linear;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
-use burn_fused_head::gates::{GATE_NAMES, gate, run_fast_path, run_stages, run_stages_tf32};
-use burn_fused_head::reference::{HeadData, stock_head_loss};
+use burn_fused_head::backend::HeadWanted;
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, HeadWanted,
-    linear_relu_cross_entropy, linear_relu_cross_entropy_and_predictions,
-    linear_relu_cross_entropy_and_predictions_with, linear_relu_cross_entropy_with,
-    linear_relu_logits, linear_relu_logits_with,
+    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, fused_linear_cross_entropy,
+    fused_linear_cross_entropy_and_predictions,
 };
+use burn_fused_head_testing::gates::{
+    GATE_NAMES, gate, run_fast_path, run_stages, run_stages_tf32,
+};
+use burn_fused_head_testing::reference::{HeadData, stock_head_loss};
 use common::*;
 
 /// (B, I, C): ones, primes, just past powers of two, C = 1, one row, and realistic sizes.
@@ -86,7 +87,10 @@ const TF32_SHAPES: &[(usize, usize, usize)] = &[
 
 /// The stage outputs of the TF32 reference (stock ops on NdArray f64, with TF32's rounding of
 /// the products' operands emulated) for `data` and upstream gradient `grad`.
-fn tf32_reference_stages(data: &HeadData, grad: f64) -> burn_fused_head::gates::StageOutputs {
+fn tf32_reference_stages(
+    data: &HeadData,
+    grad: f64,
+) -> burn_fused_head_testing::gates::StageOutputs {
     let (x, w, b, labels) = data.tensors::<Reference>(&reference_device(), DType::F64);
     run_stages_tf32(x, w, b, labels, grad)
 }
@@ -94,7 +98,7 @@ fn tf32_reference_stages(data: &HeadData, grad: f64) -> burn_fused_head::gates::
 /// `name` as computed with `HeadPrecision::Tf32` must be outside the exact gates of the exact
 /// run somewhere: the TF32 tensor cores did run.
 fn assert_tensor_cores_ran(context: &str, name: &str, tf32: &[f64], exact: &[f64]) {
-    let report = burn_fused_head::gates::gate(name, tf32, exact);
+    let report = burn_fused_head_testing::gates::gate(name, tf32, exact);
     assert!(
         !report.passed(),
         "{context}: {name} within the exact gates of exact mode everywhere ({report}); \
@@ -129,16 +133,12 @@ on_backend!(flex, burn::backend::Flex, Default::default());
 #[cfg(feature = "candle")]
 on_backend!(candle, Candle, Default::default());
 #[cfg(feature = "wgpu")]
-on_backend!(
-    wgpu_fusion,
-    burn::backend::Vulkan,
-    burn_fused_head::vulkan::device()
-);
+on_backend!(wgpu_fusion, burn::backend::Vulkan, common::vulkan_device());
 #[cfg(feature = "wgpu")]
 on_backend!(
     wgpu_raw,
     burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
-    burn_fused_head::vulkan::device()
+    common::vulkan_device()
 );
 #[cfg(feature = "cuda")]
 on_backend!(

@@ -2,25 +2,24 @@
 //! pass over the batch, chunk by chunk, with no `[B, C]` tensor. Gated against the independent
 //! reference (stock Burn ops on NdArray, f64) and against the same backend's six stages, over
 //! shapes that cross every chunk switch (chunks of one row, ragged last chunks, a prime B,
-//! chunks of 128 rows, one chunk), with the hazards of the seed (logits near 1e4, dead rows,
+//! chunks of 128 rows, one chunk), with the numerical hazards (logits near 1e4, dead rows,
 //! confident rows, non-contiguous views, an upstream gradient, another loss beside the head).
 //!
-//! Small shapes cross many chunks through `burn_fused_head::testing::with_chunk_elements`,
-//! which is process-wide: every test here takes [`LOCK`] first. On NdArray (no streamed path)
-//! the same tests check the default `head_loss_and_gradients`.
+//! Small shapes cross many chunks through `HeadOptions::chunk_elements`. On NdArray (no
+//! streamed path) the same tests check the default `head_step`.
 
 mod common;
 
 use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{DType, Tensor};
-use burn_fused_head::gates::{gate, run_stages, values};
-use burn_fused_head::reference::{HeadData, stock_head_loss};
+use burn_fused_head::backend::{HeadStep, HeadWanted};
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, HeadWanted,
-    linear_relu_cross_entropy, linear_relu_cross_entropy_and_predictions_with,
-    linear_relu_cross_entropy_with,
+    FusedHeadBackend, HeadActivation, HeadPrecision, fused_linear_cross_entropy,
+    fused_linear_cross_entropy_and_predictions,
 };
+use burn_fused_head_testing::gates::{gate, run_stages, values};
+use burn_fused_head_testing::reference::{HeadData, stock_head_loss};
 use common::*;
 
 /// (B, I, C, chunk elements): chunks of one row; of 3 rows with a ragged last (7 = 3 + 3 + 1);
@@ -45,25 +44,26 @@ struct Streamed {
     db: Option<Vec<f64>>,
 }
 
-/// `B::head_loss_and_gradients` on `data` (f32), chunks of at most `elements` floats.
+/// `B::head_step` on `data` (f32), chunks of at most `elements` floats.
 fn streamed<B: FusedHeadBackend>(
     device: &B::Device,
     data: &HeadData,
     wanted: HeadWanted,
-    options: impl Into<HeadOptions>,
+    options: impl TestOptions,
     elements: usize,
 ) -> Streamed {
-    let options = options.into();
+    let kernels = chunks(options, elements).kernels();
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-    chunked(elements, || {
-        let (loss, grads) = B::head_loss_and_gradients(
+    {
+        let out = B::head_step(
             x.into_primitive().tensor(),
             w.into_primitive().tensor(),
             b.into_primitive().tensor(),
             labels.into_primitive(),
-            wanted,
-            options,
+            HeadStep::loss().with_wanted(wanted),
+            kernels,
         );
+        let (loss, grads) = (out.loss, out.gradients);
         let read2 = |t| {
             values(Tensor::<B, 2>::from_primitive(
                 burn::tensor::TensorPrimitive::Float(t),
@@ -80,7 +80,7 @@ fn streamed<B: FusedHeadBackend>(
             dw: grads.weight.map(read2),
             db: grads.bias.map(read1),
         }
-    })
+    }
 }
 
 /// Loss and gradients of `scale * op` through `Autodiff<B>`, chunks of at most `elements`.
@@ -91,8 +91,9 @@ fn autodiff_grads<B: FusedHeadBackend>(
     elements: usize,
 ) -> HeadGrads {
     let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
-    chunked(elements, || {
-        head_grads(x, w, b, labels, scale, linear_relu_cross_entropy)
+    let options = chunks(HeadPrecision::Exact, elements);
+    head_grads(x, w, b, labels, scale, |x, w, b, l| {
+        fused_linear_cross_entropy(x, w, Some(b), l, &options)
     })
 }
 
@@ -123,16 +124,12 @@ macro_rules! on_backend {
 
 on_backend!(ndarray, NdArray<f32>, NdArrayDevice::Cpu);
 #[cfg(feature = "wgpu")]
-on_backend!(
-    wgpu_fusion,
-    burn::backend::Vulkan,
-    burn_fused_head::vulkan::device()
-);
+on_backend!(wgpu_fusion, burn::backend::Vulkan, common::vulkan_device());
 #[cfg(feature = "wgpu")]
 on_backend!(
     wgpu_raw,
     burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
-    burn_fused_head::vulkan::device()
+    common::vulkan_device()
 );
 #[cfg(feature = "cuda")]
 on_backend!(

@@ -7,7 +7,10 @@
 
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::{CubeBackend, CubeRuntime};
-use burn_fused_head::gates::round_tf32;
+use burn_fused_head_testing::gates::round_tf32;
+
+#[cfg(feature = "wgpu")]
+mod common;
 
 mod probe {
     use cubecl::{cube, prelude::*};
@@ -116,7 +119,7 @@ fn kernel_matches_reference<R: CubeRuntime>(device: &R::Device) {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_round_tf32_matches_reference() {
-    kernel_matches_reference::<burn::backend::wgpu::WgpuRuntime>(&burn_fused_head::vulkan::device());
+    kernel_matches_reference::<burn::backend::wgpu::WgpuRuntime>(&common::vulkan_device());
 }
 
 #[cfg(feature = "cuda")]

@@ -5,7 +5,7 @@
 mod train_digits;
 
 use burn::backend::{Autodiff, NdArray};
-use burn_fused_head::gates::within;
+use burn_fused_head_testing::gates::within;
 use train_digits::{HeadKind, load_digits, train};
 
 #[test]
@@ -29,7 +29,7 @@ fn fused_head_learns_the_digits_like_the_stock_head() {
         last.test_accuracy
     );
 
-    // Drop-in: epoch by epoch, the same curve as the stock head under the seed's gate.
+    // Drop-in: epoch by epoch, the same curve as the stock head under the gate.
     for (e, (a, b)) in fused.iter().zip(&stock).enumerate() {
         assert!(
             within(a.train_loss, b.train_loss),

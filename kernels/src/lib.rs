@@ -1,14 +1,14 @@
 //! CubeCL kernels of `burn-fused-head`: a classifier head `Z = X W^T + b`, `H = act(Z)`,
-//! `loss = mean_rows(cross_entropy(softmax(H), labels))`, forward and backward.
+//! `loss = mean_rows(cross_entropy(softmax(H), targets))`, forward and backward.
 //!
 //! `act` is ReLU or the identity: each fast-path kernel takes a `#[comptime] relu` flag (see
-//! [`activation`]); the reference stages are ReLU.
+//! [`activation`]); the stages are ReLU.
 //!
 //! Letters, as everywhere in the project: B (batch), I (inputs), C (classes).
 //! X is [B, I], W is stored [C, I], b is [C], Z and H are [B, C], labels are [B].
 //!
 //! The folders follow the jobs:
-//! - [`reference`]: the six stages, one naive kernel each: the readable reference the tests
+//! - [`stages`]: the six stages, one naive kernel each: the readable model the tests
 //!   compare the fast path against. The fast path never launches them.
 //! - [`small_classes`]: the fast path for C <= 32 (memory-bound: one pass over X forward, one
 //!   backward, C values per row in registers).
@@ -29,6 +29,6 @@
 pub mod activation;
 pub mod large_classes;
 pub mod reductions;
-pub mod reference;
 pub mod small_classes;
 pub mod softmax_ce;
+pub mod stages;

@@ -1,5 +1,5 @@
 //! The row softmax cross-entropy algebra, written once: every kernel that computes a row's loss
-//! and its dH calls these helpers (the reference stage 2, the large-C rows and both small-C
+//! and its dH calls these helpers (stage 2 of the stage kernels, the large-C rows and both small-C
 //! forwards).
 //!
 //! For one row h [C] with label y, m = max_j h[j] and d = sum_j exp(h[j] - m):

@@ -3,7 +3,7 @@
 //! tensor). Each goes through the f32 impl ([`Full`]). (f16 is refused: dZ = (p - onehot) / B
 //! falls below f16's range at large B, and rounding it to f16 would zero most of dW.)
 //!
-//! - The training step at C > 32 (`head_loss_and_gradients`, with or without predictions) on
+//! - The training step at C > 32 (`head_step`, with or without predictions) on
 //!   bf16 inputs runs natively where cuBLASLt loads: the streamed path with products on bf16
 //!   operands accumulating in f32 (see [`super::streamed`]). Its memory: P's f32 chunk buffer,
 //!   a chunk buffer of dZ in bf16 (half P's size), and dW and db in f32 until they are rounded
@@ -15,24 +15,27 @@
 //!   precision is `Exact` there whatever `HeadPrecision` says (it applies to f32 tensors).
 //!
 //! Either way the result is the f32 computation on the inputs' values up to the rounding of
-//! the outputs (and of dZ as the gradients' operand): `gates::half_slack` is the bound.
+//! the outputs (and of dZ as the gradients' operand): the half-precision gate (DESIGN.md, "bf16") is the bound.
 
 use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::launch::cast;
-use crate::backend::{FusedHeadBackend, HeadForward, HeadGradients, HeadOptions, HeadWanted};
+use crate::backend::{
+    FusedHeadBackend, HeadForward, HeadGradients, HeadStep, HeadWanted, KernelOptions,
+};
+use crate::options::HeadPrecision;
 
 /// The f32 impl every other float dtype goes through.
 pub(super) type Full<R, I, BT> = CubeBackend<R, f32, I, BT>;
 
-/// `options` for the f32 impl on inputs of `dtype`: exact products for bf16 inputs (their
+/// `kernels` for the f32 impl on inputs of `dtype`: exact products for bf16 inputs (their
 /// dZ would otherwise be a TF32 operand), as given for f32 ones.
-pub(super) fn for_f32(options: HeadOptions, dtype: DType) -> HeadOptions {
+pub(super) fn for_f32(kernels: KernelOptions, dtype: DType) -> KernelOptions {
     match dtype {
-        DType::F32 => options,
-        _ => options.with_precision(crate::HeadPrecision::Exact),
+        DType::F32 => kernels,
+        _ => kernels.with_precision(HeadPrecision::Exact),
     }
 }
 
@@ -53,8 +56,8 @@ pub(super) fn grads_to<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
     }
 }
 
-/// `head_loss_and_gradients` (`predict` false) or `head_loss_gradients_and_predictions` of the
-/// f32 impl on X, W and b as f32, the loss and gradients rounded to X's dtype.
+/// `head_step` (no row weights) of the f32 impl on X, W and b as f32, the loss and gradients
+/// rounded to X's dtype.
 pub(super) fn loss_and_gradients<
     R: CubeRuntime,
     F: FloatElement,
@@ -63,23 +66,18 @@ pub(super) fn loss_and_gradients<
 >(
     [x, weight, bias, labels]: [CubeTensor<R>; 4],
     wanted: HeadWanted,
-    options: HeadOptions,
+    kernels: KernelOptions,
     predict: bool,
 ) -> super::streamed::LossAndGradients<R, F, I, BT> {
     let dtype = x.dtype;
-    let options = for_f32(options, dtype);
+    let kernels = for_f32(kernels, dtype);
     let (x, weight, bias) = (up(x), up(weight), up(bias));
-    let (loss, grads, predictions) = if predict {
-        let (loss, grads, predictions) = Full::<R, I, BT>::head_loss_gradients_and_predictions(
-            x, weight, bias, labels, wanted, options,
-        );
-        (loss, grads, Some(predictions))
-    } else {
-        let (loss, grads) =
-            Full::<R, I, BT>::head_loss_and_gradients(x, weight, bias, labels, wanted, options);
-        (loss, grads, None)
-    };
-    (cast(loss, dtype), grads_to(grads, dtype), predictions)
+    let step = HeadStep::loss()
+        .with_wanted(wanted)
+        .with_predictions(predict);
+    let out = Full::<R, I, BT>::head_step(x, weight, bias, labels, step, kernels);
+    let loss = cast(out.loss, dtype);
+    (loss, grads_to(out.gradients, dtype), out.predictions)
 }
 
 /// `head_forward` of the f32 impl, its outputs rounded to X's dtype.
@@ -88,11 +86,11 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEl
     weight: CubeTensor<R>,
     bias: CubeTensor<R>,
     labels: CubeTensor<R>,
-    options: HeadOptions,
+    kernels: KernelOptions,
 ) -> HeadForward<CubeBackend<R, F, I, BT>> {
     let dtype = x.dtype;
-    let options = for_f32(options, dtype);
-    let out = Full::<R, I, BT>::head_forward(up(x), up(weight), up(bias), labels, options);
+    let kernels = for_f32(kernels, dtype);
+    let out = Full::<R, I, BT>::head_forward(up(x), up(weight), up(bias), labels, kernels);
     HeadForward {
         loss: cast(out.loss, dtype),
         z: cast(out.z, dtype),
@@ -109,10 +107,10 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
     dh: CubeTensor<R>,
     grad_loss: CubeTensor<R>,
     wanted: HeadWanted,
-    options: HeadOptions,
+    kernels: KernelOptions,
 ) -> HeadGradients<CubeBackend<R, F, I, BT>> {
     let dtype = x.dtype;
-    let options = for_f32(options, dtype);
+    let kernels = for_f32(kernels, dtype);
     let grads = Full::<R, I, BT>::head_backward(
         up(x),
         up(weight),
@@ -120,7 +118,7 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
         up(dh),
         up(grad_loss),
         wanted,
-        options,
+        kernels,
     );
     grads_to(grads, dtype)
 }

@@ -9,7 +9,8 @@ use burn_cubecl::{CubeRuntime, FloatElement};
 use burn_fused_head_kernels as kernels;
 use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
 
-use crate::backend::{HeadLimits, HeadPrecision};
+use crate::backend::HeadLimits;
+use crate::options::HeadPrecision;
 use crate::validate;
 
 /// Units per cube of the element-wise kernels and of the one-cube-per-row or per-column

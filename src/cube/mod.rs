@@ -6,13 +6,13 @@
 //! |---|---|---|
 //! | `head_forward` | one fused kernel (stages 1, 2, loss sums), planes below B = 16384, one unit per row above | tiled Z and H, then one cube per row for the loss and dH, then the mean |
 //! | `head_backward` | one fused kernel (stages 3 to 6, per-chunk dW and db), then the chunks' sums | dZ, db, then dW and dX tiled (K split when the output has few tiles) |
-//! | `head_loss_and_gradients` (autodiff's training step, and the loss alone) | `head_forward`, then `head_backward` with g = 1 | the streamed path ([`streamed`]): chunk by chunk of rows, the products on cuBLASLt on CUDA (`cublaslt`) or the tiled kernels, no `[B, C]` tensor |
+//! | `head_step` (autodiff's training step, and the loss alone) | `head_forward`, then `head_backward` with g = 1 | the streamed path ([`streamed`]): chunk by chunk of rows, the products on cuBLASLt on CUDA (`cublaslt`) or the tiled kernels, no `[B, C]` tensor |
 //! | `head_logits` | the forward's layouts, H only | the tiled forward, H only |
 //!
 //! With `HeadPrecision::Tf32` and a device with TF32 tensor cores, the three large-C products
 //! run on them (cubek's TMA kernel where it takes the problem, [`cubek_tf32`], else our own
 //! `cmma` kernels); the small-C path is memory-bound and always exact. The stage methods run
-//! the reference kernels ([`reference`]), which the fast path never calls. Shared launch code
+//! the stage kernels ([`stages`]), which the fast path never calls. Shared launch code
 //! is in [`launch`]. The modules import downwards only: this file -> the paths (`streamed` uses
 //! `large_classes::tiled_matmul` and, on CUDA, `cublaslt`) -> `cubek_tf32` -> `launch`.
 
@@ -22,8 +22,8 @@ mod cublaslt;
 mod half;
 mod large_classes;
 mod launch;
-mod reference;
 mod small_classes;
+mod stages;
 pub(crate) mod streamed;
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
@@ -32,8 +32,8 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use crate::backend::{
-    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadOptions, HeadWanted,
-    forward_then_backward,
+    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadStep, HeadStepOutput, HeadWanted,
+    KernelOptions, forward_then_backward, weighted_step,
 };
 use crate::validate;
 use half::{Full, up};
@@ -59,17 +59,17 @@ fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
     op: &str,
     inputs: [CubeTensor<R>; 4],
     wanted: HeadWanted,
-    options: HeadOptions,
+    kernels: KernelOptions,
     predict: bool,
 ) -> streamed::LossAndGradients<R, F, I, BT> {
     if inputs[0].dtype != DType::F32
         && inputs[1].shape()[0] > SMALL_CLASSES
         && streamed::half_available(&inputs[0])
-        && let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, predict, None)
+        && let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, kernels, predict, None)
     {
         return out;
     }
-    half::loss_and_gradients::<R, F, I, BT>(inputs, wanted, options, predict)
+    half::loss_and_gradients::<R, F, I, BT>(inputs, wanted, kernels, predict)
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadBackend
@@ -87,76 +87,28 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         classes > SMALL_CLASSES
     }
 
-    fn head_loss_and_gradients(
+    fn head_step(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        wanted: HeadWanted,
-        options: HeadOptions,
-    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
-        let inputs = [x, weight, bias, labels];
-        let (loss, grads, _) =
-            training_step::<R, F, I, BT>("head_loss_and_gradients", inputs, wanted, options, false);
-        (loss, grads)
-    }
-
-    fn head_loss_gradients_and_predictions(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        wanted: HeadWanted,
-        options: HeadOptions,
-    ) -> (FloatTensor<Self>, HeadGradients<Self>, IntTensor<Self>) {
-        let inputs = [x, weight, bias, labels];
-        let (loss, grads, predictions) = training_step::<R, F, I, BT>(
-            "head_loss_gradients_and_predictions",
-            inputs,
-            wanted,
-            options,
-            true,
-        );
-        (loss, grads, predictions.expect("predictions asked for"))
-    }
-
-    fn head_rows_loss_and_gradients(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        labels: IntTensor<Self>,
-        rho: FloatTensor<Self>,
-        wanted: HeadWanted,
-        options: HeadOptions,
-    ) -> (FloatTensor<Self>, HeadGradients<Self>) {
-        let op = "head_rows_loss_and_gradients";
-        // The row kernel reads rho [B] as f32 without bounds checks.
-        validate::same_shape(op, "row weights", &rho.shape(), "[B]", &[x.shape()[0]]);
-        assert!(
-            rho.dtype == DType::F32,
-            "{op}: the row weights must be f32, got {:?}",
-            rho.dtype
-        );
-        x.assert_is_on_same_device(&rho);
-        let dtypes = [x.dtype, weight.dtype, bias.dtype];
-        // Natively streamed: f32 inputs as compiled, or bf16 where cuBLASLt runs them.
-        let native =
-            as_is::<F>(op, &dtypes) || (dtypes[0] == DType::BF16 && streamed::half_available(&x));
-        let inputs = [x, weight, bias, labels];
-        if native
-            && let Some((rows, grads, _)) =
-                streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, false, Some(rho.clone()))
-        {
-            return (rows, grads);
+        targets: IntTensor<Self>,
+        step: HeadStep<Self>,
+        kernels: KernelOptions,
+    ) -> HeadStepOutput<Self> {
+        let op = "head_step";
+        let (wanted, predict) = (step.wanted, step.predictions);
+        let inputs = [x, weight, bias, targets];
+        let (loss, gradients, predictions) = match step.row_weights {
+            None => training_step::<R, F, I, BT>(op, inputs, wanted, kernels, predict),
+            Some(rho) => {
+                weighted_training_step::<R, F, I, BT>(op, inputs, rho, wanted, kernels, predict)
+            }
+        };
+        HeadStepOutput {
+            loss,
+            gradients,
+            predictions,
         }
-        let [x, weight, bias, labels] = inputs;
-        crate::loss::rows_loss_and_gradients::<Self>(
-            [x, weight, bias],
-            labels,
-            rho,
-            wanted,
-            options,
-        )
     }
 
     fn head_linear_relu_forward(
@@ -169,7 +121,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let (z, h) = Full::<R, I, BT>::head_linear_relu_forward(up(x), up(weight), up(bias));
             return (cast(z, dtype), cast(h, dtype));
         }
-        reference::linear_relu_forward::<R, F>(x, weight, bias)
+        stages::linear_relu_forward::<R, F>(x, weight, bias)
     }
 
     fn head_softmax_cross_entropy(
@@ -181,7 +133,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let (loss_rows, dh) = Full::<R, I, BT>::head_softmax_cross_entropy(up(h), labels);
             return (cast(loss_rows, dtype), cast(dh, dtype));
         }
-        reference::softmax_cross_entropy::<R, F>(h, labels)
+        stages::softmax_cross_entropy::<R, F>(h, labels)
     }
 
     fn head_relu_backward(
@@ -194,7 +146,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let dz = Full::<R, I, BT>::head_relu_backward(up(z), up(dh), up(grad_loss));
             return cast(dz, dtype);
         }
-        reference::relu_backward::<R, F>(z, dh, grad_loss)
+        stages::relu_backward::<R, F>(z, dh, grad_loss)
     }
 
     fn head_weight_gradient(dz: FloatTensor<Self>, x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -202,7 +154,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let dtype = dz.dtype;
             return cast(Full::<R, I, BT>::head_weight_gradient(up(dz), up(x)), dtype);
         }
-        reference::weight_gradient::<R, F>(dz, x)
+        stages::weight_gradient::<R, F>(dz, x)
     }
 
     fn head_bias_gradient(dz: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -210,7 +162,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let dtype = dz.dtype;
             return cast(Full::<R, I, BT>::head_bias_gradient(up(dz)), dtype);
         }
-        reference::bias_gradient::<R, F>(dz)
+        stages::bias_gradient::<R, F>(dz)
     }
 
     fn head_input_gradient(dz: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -221,7 +173,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                 dtype,
             );
         }
-        reference::input_gradient::<R, F>(dz, weight)
+        stages::input_gradient::<R, F>(dz, weight)
     }
 
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -229,30 +181,30 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let dtype = loss_rows.dtype;
             return cast(Full::<R, I, BT>::head_mean_loss(up(loss_rows)), dtype);
         }
-        reference::mean_loss::<R, F>(loss_rows)
+        stages::mean_loss::<R, F>(loss_rows)
     }
 
     fn head_logits(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
-        options: HeadOptions,
+        kernels: KernelOptions,
     ) -> FloatTensor<Self> {
         let op = "head_logits";
         if !as_is::<F>(op, &[x.dtype, weight.dtype, bias.dtype]) {
             let dtype = x.dtype;
-            let options = half::for_f32(options, dtype);
-            let h = Full::<R, I, BT>::head_logits(up(x), up(weight), up(bias), options);
+            let kernels = half::for_f32(kernels, dtype);
+            let h = Full::<R, I, BT>::head_logits(up(x), up(weight), up(bias), kernels);
             return cast(h, dtype);
         }
         check::<R>(op, &[&x, &weight, &bias]);
         let (_batch, _inputs, classes) =
             validate::linear_shapes(op, &x.shape(), &weight.shape(), &bias.shape());
         let h = if classes > SMALL_CLASSES {
-            let tf32 = use_tf32(options.precision, &x);
-            large_classes::logits::<R, F>(x, weight, bias, tf32, options.relu())
+            let tf32 = use_tf32(kernels.precision, &x);
+            large_classes::logits::<R, F>(x, weight, bias, tf32, kernels.relu())
         } else {
-            small_classes::logits::<R, F>(x, weight, bias, options.relu())
+            small_classes::logits::<R, F>(x, weight, bias, kernels.relu())
         };
         start_queued::<R>(&h.device);
         h
@@ -263,18 +215,18 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         labels: IntTensor<Self>,
-        options: HeadOptions,
+        kernels: KernelOptions,
     ) -> HeadForward<Self> {
         let op = "head_forward";
         if !as_is::<F>(op, &[x.dtype, weight.dtype, bias.dtype]) {
-            return half::forward::<R, F, I, BT>(x, weight, bias, labels, options);
+            return half::forward::<R, F, I, BT>(x, weight, bias, labels, kernels);
         }
         let (_batch, _inputs, classes) = check_with_labels::<R>(op, &x, &weight, &bias, &labels);
         let (loss, z, dh) = if classes > SMALL_CLASSES {
-            let tf32 = use_tf32(options.precision, &x);
-            large_classes::forward::<R, F>(op, x, weight, bias, labels, tf32, options.relu())
+            let tf32 = use_tf32(kernels.precision, &x);
+            large_classes::forward::<R, F>(op, x, weight, bias, labels, tf32, kernels.relu())
         } else {
-            small_classes::forward::<R, F>(op, x, weight, bias, labels, options.relu())
+            small_classes::forward::<R, F>(op, x, weight, bias, labels, kernels.relu())
         };
         start_queued::<R>(&loss.device);
         HeadForward { loss, z, dh }
@@ -287,12 +239,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         dh: FloatTensor<Self>,
         grad_loss: FloatTensor<Self>,
         wanted: HeadWanted,
-        options: HeadOptions,
+        kernels: KernelOptions,
     ) -> HeadGradients<Self> {
         let op = "head_backward";
         let dtypes = [x.dtype, weight.dtype, z.dtype, dh.dtype, grad_loss.dtype];
         if !as_is::<F>(op, &dtypes) {
-            return half::backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, options);
+            return half::backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, kernels);
         }
         check::<R>(op, &[&x, &weight, &z, &dh, &grad_loss]);
         let [batch, _inputs] = validate::rank2(op, "X [B, I]", &x.shape());
@@ -315,10 +267,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         );
         let device = x.device.clone();
         let grads = if classes > SMALL_CLASSES {
-            let tf32 = use_tf32(options.precision, &x);
-            large_classes::backward(x, weight, z, dh, grad_loss, wanted, tf32, options.relu())
+            let tf32 = use_tf32(kernels.precision, &x);
+            large_classes::backward(x, weight, z, dh, grad_loss, wanted, tf32, kernels.relu())
         } else {
-            small_classes::backward(x, weight, z, dh, grad_loss, wanted, options.relu())
+            small_classes::backward(x, weight, z, dh, grad_loss, wanted, kernels.relu())
         };
         start_queued::<R>(&device);
         grads
@@ -332,23 +284,67 @@ fn training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     op: &str,
     inputs: [CubeTensor<R>; 4],
     wanted: HeadWanted,
-    options: HeadOptions,
+    kernels: KernelOptions,
     predict: bool,
 ) -> streamed::LossAndGradients<R, F, I, BT> {
     if !as_is::<F>(op, &[inputs[0].dtype, inputs[1].dtype, inputs[2].dtype]) {
-        return other_dtype_step(op, inputs, wanted, options, predict);
+        return other_dtype_step(op, inputs, wanted, kernels, predict);
     }
-    if let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, options, predict, None) {
+    if let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, kernels, predict, None) {
         return out;
     }
     let [x, weight, bias, labels] = inputs;
-    forward_then_backward::<CubeBackend<R, F, I, BT>>(
+    let out = forward_then_backward::<CubeBackend<R, F, I, BT>>(
         [x, weight, bias],
         labels,
         wanted,
-        options,
+        kernels,
         predict,
-    )
+    );
+    (out.loss, out.gradients, out.predictions)
+}
+
+/// The training step with each row's weight `rho` `[B]` (f32): the per-row losses `[B]`
+/// (unweighted) and the gradients of `sum_r rho[r] loss[r]`, natively streamed for f32
+/// inputs as compiled or bf16 ones where cuBLASLt runs them, else the materialized path.
+fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: &str,
+    inputs: [CubeTensor<R>; 4],
+    rho: CubeTensor<R>,
+    wanted: HeadWanted,
+    kernels: KernelOptions,
+    predict: bool,
+) -> streamed::LossAndGradients<R, F, I, BT> {
+    let [x, weight, bias, labels] = inputs;
+    // The row kernel reads rho [B] as f32 without bounds checks.
+    validate::same_shape(op, "row weights", &rho.shape(), "[B]", &[x.shape()[0]]);
+    assert!(
+        rho.dtype == DType::F32,
+        "{op}: the row weights must be f32, got {:?}",
+        rho.dtype
+    );
+    x.assert_is_on_same_device(&rho);
+    let dtypes = [x.dtype, weight.dtype, bias.dtype];
+    // Natively streamed: f32 inputs as compiled, or bf16 where cuBLASLt runs them.
+    let native =
+        as_is::<F>(op, &dtypes) || (dtypes[0] == DType::BF16 && streamed::half_available(&x));
+    let inputs = [x, weight, bias, labels];
+    if native
+        && let Some(out) =
+            streamed_step::<R, F, I, BT>(op, &inputs, wanted, kernels, predict, Some(rho.clone()))
+    {
+        return out;
+    }
+    let [x, weight, bias, labels] = inputs;
+    let out = weighted_step::<CubeBackend<R, F, I, BT>>(
+        [x, weight, bias],
+        labels,
+        rho,
+        wanted,
+        kernels,
+        predict,
+    );
+    (out.loss, out.gradients, out.predictions)
 }
 
 /// The streamed path on X, W, b and the labels (checked here) where it applies: C > 32, and a
@@ -358,7 +354,7 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     op: &str,
     inputs: &[CubeTensor<R>; 4],
     wanted: HeadWanted,
-    options: HeadOptions,
+    kernels: KernelOptions,
     predict: bool,
     rho: Option<CubeTensor<R>>,
 ) -> Option<streamed::LossAndGradients<R, F, I, BT>> {
@@ -367,14 +363,17 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     if classes <= SMALL_CLASSES || batch == 0 || inputs_dim == 0 {
         return None;
     }
-    let tf32 = use_tf32(options.precision, x);
+    let tf32 = use_tf32(kernels.precision, x);
     let device = x.device.clone();
     let out = streamed::loss_and_gradients::<R, F, I, BT>(
         op,
         inputs.clone(),
         wanted,
-        tf32,
-        options.relu(),
+        streamed::Settings {
+            tf32,
+            relu: kernels.relu(),
+            chunk_elements: kernels.chunk_elements,
+        },
         predict,
         rho,
     );

@@ -1,19 +1,17 @@
 //! Shared helpers of the test binaries: the f64 reference, and the gate assertions.
 #![allow(dead_code)]
 
-use std::sync::Mutex;
-
 use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray};
+use burn::module::Param;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
-use burn_fused_head::gates::{GateReport, StageOutputs, gate, run_stages, run_stages_with};
-use burn_fused_head::reference::{HeadData, stock_head_loss, stock_linear_loss};
-use burn_fused_head::testing::with_chunk_elements;
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, HeadOptions, linear_relu_cross_entropy,
-    linear_relu_cross_entropy_with,
+    FusedHeadBackend, FusedLinearCrossEntropy, HeadActivation, HeadOptions, HeadPrecision,
+    fused_linear_cross_entropy,
 };
+use burn_fused_head_testing::gates::{GateReport, StageOutputs, gate, run_stages, run_stages_with};
+use burn_fused_head_testing::reference::{HeadData, stock_head_loss, stock_linear_loss};
 
 /// The independent reference: stock Burn ops on NdArray in f64.
 pub type Reference = NdArray<f64>;
@@ -38,10 +36,10 @@ pub fn reference_stages(data: &HeadData, grad: f64) -> StageOutputs {
 pub fn reference_stages_with(
     data: &HeadData,
     grad: f64,
-    options: impl Into<HeadOptions>,
+    options: impl TestOptions,
 ) -> StageOutputs {
     let (x, w, b, labels) = data.tensors::<Reference>(&reference_device(), DType::F64);
-    run_stages_with(x, w, b, labels, grad, options)
+    run_stages_with(x, w, b, labels, grad, opts(options).kernels())
 }
 
 /// Panics naming every failing gate, with its first bad element.
@@ -70,7 +68,7 @@ pub fn check_stages<B: FusedHeadBackend>(
     let want = reference_stages(data, grad);
     assert_gates(context, &got.gates(&want));
     assert!(
-        burn_fused_head::gates::within(got.loss, want.loss),
+        burn_fused_head_testing::gates::within(got.loss, want.loss),
         "{context}: mean loss {} vs reference {}",
         got.loss,
         want.loss
@@ -87,7 +85,7 @@ pub struct HeadGrads {
     pub db: Vec<f64>,
 }
 
-pub use burn_fused_head::gates::values as to_f64;
+pub use burn_fused_head_testing::gates::values as to_f64;
 
 /// Loss and gradients of `scale * head(x, w, b, labels)` on an autodiff backend, where `head`
 /// is either our op or the stock head.
@@ -125,16 +123,19 @@ pub fn stock_linear_grads(data: &HeadData, scale: f64) -> HeadGrads {
 }
 
 /// Our op with `HeadActivation::Identity` through `Autodiff<B>` against
-/// [`stock_linear_grads`].
+/// [`stock_linear_grads`], in chunks of at most `elements` floats on the streamed path (0: its
+/// own rule).
 pub fn check_identity_autodiff<B: AutodiffBackend + FusedHeadBackend>(
     device: &B::Device,
     data: &HeadData,
     scale: f64,
     context: &str,
+    elements: usize,
 ) {
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
+    let options = chunks(HeadActivation::Identity, elements);
     let got = head_grads(x, w, b, labels, scale, |x, w, b, l| {
-        linear_relu_cross_entropy_with(x, w, b, l, HeadActivation::Identity)
+        fused_linear_cross_entropy(x, w, Some(b), l, &options)
     });
     assert_grads(context, &got, &stock_linear_grads(data, scale));
 }
@@ -147,7 +148,7 @@ pub fn check_autodiff<B: AutodiffBackend + FusedHeadBackend>(
     context: &str,
 ) {
     let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-    let got = head_grads(x, w, b, labels, scale, linear_relu_cross_entropy);
+    let got = head_grads(x, w, b, labels, scale, relu_loss);
     let want = stock_grads(data, scale);
     assert_grads(context, &got, &want);
 }
@@ -165,13 +166,13 @@ pub fn assert_grads(context: &str, got: &HeadGrads, want: &HeadGrads) {
 }
 
 /// Loss and gradients of `HeadPrecision::Tf32` through autodiff against the exact f64
-/// reference, under the TF32 gate (the seed's bound plus `gates::tf32_slack`, derived from
+/// reference, under the TF32 gate (the gate's bound plus `gates::tf32_slack`, derived from
 /// TF32's 10-bit mantissa for any rounding rule: what the large-C path's products on
 /// cuBLASLt, or on our kernels, must meet).
 pub fn assert_tf32_grads(context: &str, got: &HeadGrads, data: &HeadData, scale: f64) {
     let want = reference_stages(data, scale);
-    let slack = burn_fused_head::gates::tf32_slack(data, scale);
-    use burn_fused_head::gates::gate_with_slack;
+    let slack = burn_fused_head_testing::gates::tf32_slack(data, scale);
+    use burn_fused_head_testing::gates::gate_with_slack;
     assert_gates(
         context,
         &[
@@ -184,7 +185,7 @@ pub fn assert_tf32_grads(context: &str, got: &HeadGrads, data: &HeadData, scale:
 }
 
 /// Each row's predicted class must hold the row's largest value of the reference's `h`
-/// (`[B, C]`, f64) within the seed's gate: the argmax, up to the f32 rounding of near ties.
+/// (`[B, C]`, f64) within the gate: the argmax, up to the f32 rounding of near ties.
 pub fn assert_predictions(context: &str, got: &[i64], h: &[f64], classes: usize) {
     assert_eq!(
         got.len() * classes,
@@ -199,7 +200,7 @@ pub fn assert_predictions(context: &str, got: &[i64], h: &[f64], classes: usize)
             "{context}: row {r} predicts {pick}, outside [0, {classes})"
         );
         assert!(
-            burn_fused_head::gates::within(row[pick as usize], top),
+            burn_fused_head_testing::gates::within(row[pick as usize], top),
             "{context}: row {r} predicts {pick} (H = {}), the row's largest H is {top}",
             row[pick as usize]
         );
@@ -211,18 +212,91 @@ pub fn to_i64<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D,
     t.into_data().convert::<i64>().to_vec().expect("i64 values")
 }
 
-/// Held by every test of a binary while it runs the op with a chunk budget (the override of
-/// `testing::with_chunk_elements` is process-wide).
-pub static LOCK: Mutex<()> = Mutex::new(());
+/// The options of the head these tests were written for: ReLU on the logits, exact f32, the
+/// plain mean.
+pub fn relu_options() -> HeadOptions {
+    HeadOptions::new().with_activation(HeadActivation::Relu)
+}
 
-/// `f` with chunks of at most `elements` floats (0: the crate's own rule), under [`LOCK`].
-pub fn chunked<T>(elements: usize, f: impl FnOnce() -> T) -> T {
-    let _guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if elements == 0 {
-        f()
-    } else {
-        with_chunk_elements(elements, f)
+/// What a test passes as the op's options: a precision (with the ReLU), an activation (exact),
+/// or whole options as they are.
+pub trait TestOptions {
+    fn options(self) -> HeadOptions;
+}
+
+impl TestOptions for HeadPrecision {
+    fn options(self) -> HeadOptions {
+        relu_options().with_precision(self)
     }
+}
+
+impl TestOptions for HeadActivation {
+    fn options(self) -> HeadOptions {
+        HeadOptions::new().with_activation(self)
+    }
+}
+
+impl TestOptions for HeadOptions {
+    fn options(self) -> HeadOptions {
+        self
+    }
+}
+
+/// `options` as [`HeadOptions`].
+pub fn opts(options: impl TestOptions) -> HeadOptions {
+    options.options()
+}
+
+/// The cross-entropy options of `loss` (ignored targets, class weights, smoothing, reduction)
+/// with the activation, precision and chunk budget of `options`.
+pub fn with_loss(loss: &HeadOptions, options: impl TestOptions) -> HeadOptions {
+    let kernels = opts(options);
+    HeadOptions {
+        activation: kernels.activation,
+        precision: kernels.precision,
+        chunk_elements: kernels.chunk_elements,
+        ..loss.clone()
+    }
+}
+
+/// `options` with chunks of at most `elements` floats on the streamed path (0: the path's own
+/// rule), so that small test shapes cross many chunks.
+pub fn chunks(options: impl TestOptions, elements: usize) -> HeadOptions {
+    opts(options).with_chunk_elements((elements > 0).then_some(elements))
+}
+
+/// The ReLU head's mean loss, `[1]`, as a function of X, W, b and the targets.
+pub fn relu_loss<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    labels: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
+    fused_linear_cross_entropy(x, w, Some(b), labels, &relu_options())
+}
+
+/// The head's logits `act(X W^T + b)` under `options`: the module's `forward` on a head made
+/// from W and b.
+pub fn logits<B: FusedHeadBackend, const D: usize>(
+    x: Tensor<B, D>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    options: HeadOptions,
+) -> Tensor<B, D> {
+    let head = FusedLinearCrossEntropy {
+        weight: Param::from_tensor(w),
+        bias: Some(Param::from_tensor(b)),
+        options,
+    };
+    head.forward(x)
+}
+
+/// The default wgpu device, after checking that a Vulkan driver is installed (a clear error
+/// naming the install command otherwise).
+#[cfg(feature = "wgpu")]
+pub fn vulkan_device() -> burn::backend::wgpu::WgpuDevice {
+    burn_fused_head_testing::vulkan::require_driver();
+    Default::default()
 }
 
 /// SplitMix64, as `HeadData`'s: the random cases' fixed, portable sequence (the fuzzer's and

@@ -22,7 +22,7 @@ fn mismatched_shapes_are_refused_naming_them() {
     for (dims, expected) in cases {
         let (x, w, bias, labels) = tensors(dims);
         let msg = panic_message(move || {
-            linear_relu_cross_entropy(x, w, bias, labels);
+            fused_linear_cross_entropy(x, w, Some(bias), labels, &relu_options());
         });
         assert!(
             msg.contains(expected),
@@ -40,8 +40,8 @@ fn a_label_out_of_range_gives_nan_never_a_bad_index() {
         let mut data = HeadData::random(43, 6, 4, 5);
         data.labels[2] = bad;
         let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-        let err = validate_labels(&labels, 5).expect_err("a bad label");
-        assert_eq!((err.row, err.label, err.count), (2, bad, 1));
+        let err = validate_targets(&labels, 5, None).expect_err("a bad label");
+        assert_eq!((err.index, err.target, err.count), (2, bad, 1));
         let got = run_stages(x, w, b, labels, 1.0);
         let want = reference_stages(&data, 1.0);
         assert!(
@@ -68,7 +68,13 @@ fn an_empty_batch_gives_nan_loss_and_zero_gradients() {
     let data = HeadData::random(47, 0, 4, 3);
     let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
-    let loss = linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels);
+    let loss = fused_linear_cross_entropy(
+        x.clone(),
+        w.clone(),
+        Some(b.clone()),
+        labels,
+        &relu_options(),
+    );
     let grads = loss.backward();
     assert!(to_f64(loss)[0].is_nan());
     // dX is empty: [0, I] (its reading back is checked with every subset tracked, below).
@@ -101,7 +107,7 @@ fn nan_and_infinity_reach_the_loss_and_gradients() {
             _ => data.bias[0] = value,
         }
         let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
-        let got = head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy);
+        let got = head_grads(x, w, b, labels, 1.0, relu_loss);
         assert!(got.loss.is_nan(), "{what} = {value}: loss {}", got.loss);
         assert!(
             got.dw.iter().chain(&got.db).any(|v| v.is_nan()),
@@ -135,7 +141,7 @@ fn logits_near_1e30_pass_the_gates() {
     let reports = got.gates(&want);
     assert_gates("logits near 1e30", &reports[..7]);
     assert!(got.h.iter().cloned().fold(0.0, f64::max) > 1e29);
-    assert!(got.loss.is_finite() && burn_fused_head::gates::within(got.loss, want.loss));
+    assert!(got.loss.is_finite() && burn_fused_head_testing::gates::within(got.loss, want.loss));
     let (c, i) = (data.classes, data.inputs);
     for (k, (g, r)) in got.dx.iter().zip(&want.dx).enumerate() {
         let (row, col) = (k / i, k % i);
@@ -177,7 +183,7 @@ fn a_bad_label_in_a_large_batch_gives_nan_and_repeats_are_identical() {
         let mut data = HeadData::random(71, 16400, 8, classes);
         let grads = |data: &HeadData| {
             let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
-            head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy)
+            head_grads(x, w, b, labels, 1.0, relu_loss)
         };
         let first = grads(&data);
         assert!(first.loss.is_finite(), "C = {classes}: loss {}", first.loss);
@@ -247,26 +253,28 @@ fn long_training_stays_finite_and_memory_does_not_grow() {
     let device = &device();
     use burn::module::AutodiffModule;
     use burn::optim::{GradientsParams, Optimizer, SgdConfig};
-    use burn_fused_head::FusedHeadConfig;
+    use burn_fused_head::{FusedLinearCrossEntropyConfig, HeadActivation};
     type A<B> = Autodiff<B>;
     let data = HeadData::random(71, 32, 16, 8);
     let (x, w, b, labels) = data.tensors::<A<B>>(device, DType::F32);
     // W and b from the data, in f32 whatever the device's default dtype (another test may have
     // made the CPU device's default f64 for its reference).
-    let mut head = FusedHeadConfig::new(16, 8).init::<A<B>>(device);
+    let mut head = FusedLinearCrossEntropyConfig::new(16, 8)
+        .with_activation(HeadActivation::Relu)
+        .init::<A<B>>(device);
     head.weight = burn::module::Param::from_tensor(w);
-    head.bias = burn::module::Param::from_tensor(b);
+    head.bias = Some(burn::module::Param::from_tensor(b));
     let mut optim = SgdConfig::new().init();
     let mut after_warmup = None;
     let steps = LONG_RUN_STEPS;
     for step in 0..steps {
-        let loss = head.forward(x.clone(), labels.clone());
+        let loss = head.forward_loss(x.clone(), labels.clone());
         let grads = GradientsParams::from_grads(loss.backward(), &head);
         head = optim.step(0.1, head, grads);
         if step == 100 || step + 1 == steps {
             let loss = to_f64(
                 head.valid()
-                    .forward(x.clone().inner(), labels.clone().inner()),
+                    .forward_loss(x.clone().inner(), labels.clone().inner()),
             )[0];
             assert!(loss.is_finite(), "step {step}: loss {loss}");
             <B as burn::tensor::backend::Backend>::sync(device).unwrap();
@@ -316,12 +324,12 @@ fn an_empty_batch_works_with_every_tracked_subset_and_the_device_stays_usable() 
                 } else {
                     b
                 };
-                let loss = linear_relu_cross_entropy_with(
+                let loss = fused_linear_cross_entropy(
                     x.clone(),
                     w.clone(),
-                    b.clone(),
+                    Some(b.clone()),
                     labels,
-                    precision,
+                    &opts(precision),
                 );
                 assert!(to_f64(loss.clone())[0].is_nan(), "{context}: loss");
                 if tracked != 0 {
@@ -338,15 +346,21 @@ fn an_empty_batch_works_with_every_tracked_subset_and_the_device_stays_usable() 
                         }
                     }
                 }
-                let h = linear_relu_logits_with(x.clone(), w.clone(), b.clone(), precision);
+                let h = logits(x.clone(), w.clone(), b.clone(), opts(precision));
                 assert_eq!(h.dims(), [0, classes], "{context}: logits");
-                let h = linear_relu_logits_with(x.inner(), w.inner(), b.inner(), precision);
+                let h = logits(x.inner(), w.inner(), b.inner(), opts(precision));
                 assert_eq!(h.dims(), [0, classes], "{context}: inner logits");
             }
         }
         let data = HeadData::random(50, 5, 4, classes);
         let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
-        let loss = to_f64(linear_relu_cross_entropy(x, w, b, labels))[0];
+        let loss = to_f64(fused_linear_cross_entropy(
+            x,
+            w,
+            Some(b),
+            labels,
+            &relu_options(),
+        ))[0];
         assert!(
             loss.is_finite(),
             "C = {classes}: the call after the empty batches: {loss}"
@@ -387,7 +401,7 @@ fn nan_and_infinity_reach_the_loss_at_every_width() {
             for &precision in precisions {
                 let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
                 let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
-                    linear_relu_cross_entropy_with(x, w, b, l, precision)
+                    fused_linear_cross_entropy(x, w, Some(b), l, &opts(precision))
                 });
                 assert_eq!(
                     got.loss.is_nan(),

@@ -1,4 +1,4 @@
-/// Random cases of the whole op, each within the seed's gate of the f64 reference.
+/// Random cases of the whole op, each within the gate of the f64 reference.
 #[test]
 fn random_cases_match_the_reference() {
     let ran = fuzz::<B>(&device(), CASES);

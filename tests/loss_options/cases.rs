@@ -1,6 +1,6 @@
 /// C = 5 (every backend's materialized path) and C = 40 (the CubeCL backends' streamed path,
 /// in chunks of 4 rows: 4, 4, 4 and 1 of the 13), with this loss.
-fn both_sizes(context: &str, ignore: &[(usize, i64)], loss: &HeadLoss) {
+fn both_sizes(context: &str, ignore: &[(usize, i64)], loss: &HeadOptions) {
     let device = &device();
     let small = data(11, 13, 8, 5, ignore);
     check::<B>(device, &format!("{context}, C = 5"), &small, loss, 0);
@@ -10,13 +10,13 @@ fn both_sizes(context: &str, ignore: &[(usize, i64)], loss: &HeadLoss) {
 
 #[test]
 fn ignore_index_leaves_rows_out_of_the_loss_the_gradients_and_the_mean() {
-    let loss = HeadLoss::new().with_ignore_index(Some(-100));
+    let loss = HeadOptions::new().with_ignore_index(Some(-100));
     both_sizes("ignore_index", &[(2, -100), (7, -100), (12, -100)], &loss);
 }
 
 #[test]
 fn pad_tokens_are_ignored_rows() {
-    let loss = HeadLoss::new().with_pad_tokens(Some(vec![1, 3]));
+    let loss = HeadOptions::new().with_pad_tokens(Some(vec![1, 3]));
     both_sizes("pad_tokens", &[(0, 1), (5, 3), (6, 1)], &loss);
 }
 
@@ -30,8 +30,8 @@ fn class_weights_make_a_weighted_mean_and_a_weighted_sum() {
     for reduction in [HeadReduction::Mean, HeadReduction::Sum] {
         let device = &device();
         for (classes, chunk) in [(5, 0), (40, 3 * 40)] {
-            let loss = HeadLoss::new()
-                .with_weights(Some(weights(classes)))
+            let loss = HeadOptions::new()
+                .with_class_weights(Some(weights(classes)))
                 .with_ignore_index(Some(-1))
                 .with_reduction(reduction);
             let d = data(13, 11, 8, classes, &[(4, -1)]);
@@ -43,14 +43,14 @@ fn class_weights_make_a_weighted_mean_and_a_weighted_sum() {
 
 #[test]
 fn label_smoothing_with_and_without_class_weights() {
-    let plain = HeadLoss::new().with_smoothing(Some(0.1));
+    let plain = HeadOptions::new().with_smoothing(Some(0.1));
     both_sizes("smoothing", &[], &plain);
     let device = &device();
     for classes in [5, 40] {
         let w = (0..classes).map(|k| 1.0 + (k % 3) as f32).collect();
-        let loss = HeadLoss::new()
+        let loss = HeadOptions::new()
             .with_smoothing(Some(0.2))
-            .with_weights(Some(w))
+            .with_class_weights(Some(w))
             .with_ignore_index(Some(-100));
         let d = data(14, 9, 8, classes, &[(3, -100)]);
         check::<B>(
@@ -65,17 +65,17 @@ fn label_smoothing_with_and_without_class_weights() {
 
 #[test]
 fn reduction_none_gives_each_rows_loss_and_takes_a_gradient_per_row() {
-    let loss = HeadLoss::new()
+    let loss = HeadOptions::new()
         .with_reduction(HeadReduction::None)
         .with_ignore_index(Some(-100));
     both_sizes("none", &[(1, -100), (8, -100)], &loss);
-    let weighted = HeadLoss::new()
+    let weighted = HeadOptions::new()
         .with_reduction(HeadReduction::None)
-        .with_weights(Some((0..40).map(|k| 0.5 + (k % 5) as f32 * 0.3).collect()));
+        .with_class_weights(Some((0..40).map(|k| 0.5 + (k % 5) as f32 * 0.3).collect()));
     let device = &device();
     let d = data(15, 13, 8, 40, &[]);
     check::<B>(device, "none, weights, C = 40", &d, &weighted, 5 * 40);
-    let smoothed = HeadLoss::new()
+    let smoothed = HeadOptions::new()
         .with_reduction(HeadReduction::None)
         .with_smoothing(Some(0.3));
     let d = data(16, 7, 8, 5, &[]);
@@ -84,7 +84,7 @@ fn reduction_none_gives_each_rows_loss_and_takes_a_gradient_per_row() {
 
 #[test]
 fn the_sum_with_ignored_rows() {
-    let loss = HeadLoss::new()
+    let loss = HeadOptions::new()
         .with_reduction(HeadReduction::Sum)
         .with_ignore_index(Some(-100));
     both_sizes("sum", &[(0, -100), (12, -100)], &loss);
@@ -96,18 +96,24 @@ fn plain_options_are_the_op_itself_bit_for_bit() {
     for classes in [5, 40] {
         let d = HeadData::random(17, 13, 8, classes);
         let (x, w, b, labels) = d.tensors::<B>(device, DType::F32);
-        let want = linear_relu_cross_entropy_with(
+        let want = fused_linear_cross_entropy(
             x.clone(),
             w.clone(),
-            b.clone(),
+            Some(b.clone()),
             labels.clone(),
-            HeadActivation::Identity,
+            &opts(HeadActivation::Identity),
         );
-        let plain = HeadLoss::new()
+        let plain = HeadOptions::new()
             .with_pad_tokens(Some(vec![]))
             .with_smoothing(Some(0.0));
         assert!(plain.is_plain());
-        let got = linear_relu_cross_entropy_loss(x, w, b, labels, &plain, HeadActivation::Identity);
+        let got = fused_linear_cross_entropy(
+            x,
+            w,
+            Some(b),
+            labels,
+            &with_loss(&plain, HeadActivation::Identity),
+        );
         assert_eq!(got.into_data(), want.into_data(), "C = {classes}");
     }
 }
@@ -120,13 +126,19 @@ fn without_autodiff_the_result_alone_meets_the_gates() {
         (40, HeadReduction::Mean),
         (40, HeadReduction::None),
     ] {
-        let loss = HeadLoss::new()
+        let loss = HeadOptions::new()
             .with_ignore_index(Some(-100))
-            .with_weights(Some((0..classes).map(|k| 1.0 + (k % 2) as f32).collect()))
+            .with_class_weights(Some((0..classes).map(|k| 1.0 + (k % 2) as f32).collect()))
             .with_reduction(reduction);
         let d = data(18, 10, 8, classes, &[(6, -100)]);
         let (x, w, b, labels) = d.tensors::<B>(device, DType::F32);
-        let got = linear_relu_cross_entropy_loss(x, w, b, labels, &loss, HeadActivation::Relu);
+        let got = fused_linear_cross_entropy(
+            x,
+            w,
+            Some(b),
+            labels,
+            &with_loss(&loss, HeadActivation::Relu),
+        );
         let want = pytorch(&d, &loss, HeadActivation::Relu, &upstream(&loss, d.batch));
         assert_gates(
             &format!("untracked, C = {classes}, {reduction:?}"),
@@ -140,7 +152,7 @@ fn a_label_outside_the_classes_that_is_not_ignored_gives_nan() {
     let device = &device();
     for classes in [5, 40] {
         for reduction in [HeadReduction::Mean, HeadReduction::None] {
-            let loss = HeadLoss::new()
+            let loss = HeadOptions::new()
                 .with_ignore_index(Some(-100))
                 .with_reduction(reduction);
             let d = data(19, 6, 8, classes, &[(1, -100), (3, classes as i64)]);
@@ -182,7 +194,7 @@ fn every_row_ignored_gives_nan_for_the_mean_zero_for_the_sum_and_zero_gradients(
     for classes in [5, 40] {
         let all: Vec<(usize, i64)> = (0..4).map(|r| (r, -100)).collect();
         let d = data(20, 4, 8, classes, &all);
-        let mean = HeadLoss::new().with_ignore_index(Some(-100));
+        let mean = HeadOptions::new().with_ignore_index(Some(-100));
         let got = ours::<B>(device, &d, &mean, HeadActivation::Relu, &[1.0]);
         assert!(got.out[0].is_nan(), "C = {classes}: mean {:?}", got.out);
         for (name, g) in [("dX", &got.dx), ("dW", &got.dw), ("db", &got.db)] {
@@ -205,20 +217,25 @@ fn leading_dims_give_the_rows_in_order() {
     let device = &device();
     let d = data(21, 6, 8, 40, &[(2, -100)]);
     let (x, w, b, labels) = d.tensors::<B>(device, DType::F32);
-    let loss = HeadLoss::new()
+    let loss = HeadOptions::new()
         .with_ignore_index(Some(-100))
         .with_reduction(HeadReduction::None);
-    let flat = linear_relu_cross_entropy_loss(
+    let flat = fused_linear_cross_entropy(
         x.clone(),
         w.clone(),
-        b.clone(),
+        Some(b.clone()),
         labels.clone(),
-        &loss,
-        HeadActivation::Relu,
+        &with_loss(&loss, HeadActivation::Relu),
     );
     let x3 = x.reshape([2, 3, 8]);
     let labels2: Tensor<B, 2, Int> = labels.reshape([2, 3]);
-    let nested = linear_relu_cross_entropy_loss(x3, w, b, labels2, &loss, HeadActivation::Relu);
+    let nested = fused_linear_cross_entropy(
+        x3,
+        w,
+        Some(b),
+        labels2,
+        &with_loss(&loss, HeadActivation::Relu),
+    );
     assert_eq!(nested.dims(), [6]);
     assert_eq!(nested.into_data(), flat.into_data());
 }
@@ -229,27 +246,89 @@ fn class_weights_of_the_wrong_length_are_refused() {
     let device = &device();
     let d = HeadData::random(22, 4, 8, 5);
     let (x, w, b, labels) = d.tensors::<B>(device, DType::F32);
-    let loss = HeadLoss::new().with_weights(Some(vec![1.0; 4]));
-    let _ = linear_relu_cross_entropy_loss(x, w, b, labels, &loss, HeadActivation::Relu);
+    let loss = HeadOptions::new().with_class_weights(Some(vec![1.0; 4]));
+    let _ = fused_linear_cross_entropy(
+        x,
+        w,
+        Some(b),
+        labels,
+        &with_loss(&loss, HeadActivation::Relu),
+    );
 }
 
 #[test]
-fn the_module_takes_the_options_with_its_own() {
+fn the_module_takes_its_options() {
     let device = &device();
     let d = data(23, 9, 8, 40, &[(4, -100)]);
     let (x, w, b, labels) = d.tensors::<B>(device, DType::F32);
-    let head = burn_fused_head::FusedHead {
-        weight: burn::module::Param::from_tensor(w.clone()),
-        bias: burn::module::Param::from_tensor(b.clone()),
-        precision: burn_fused_head::HeadPrecision::Exact,
-        activation: HeadActivation::Identity,
-    };
-    let loss = HeadLoss::new()
+    let loss = HeadOptions::new()
         .with_ignore_index(Some(-100))
         .with_reduction(HeadReduction::Sum);
-    let got = head.forward_loss(x.clone(), labels.clone(), &loss);
-    let want = linear_relu_cross_entropy_loss(x, w, b, labels, &loss, HeadActivation::Identity);
+    let head = burn_fused_head::FusedLinearCrossEntropy {
+        weight: burn::module::Param::from_tensor(w.clone()),
+        bias: Some(burn::module::Param::from_tensor(b.clone())),
+        options: loss.clone(),
+    };
+    let got = head.forward_loss(x.clone(), labels.clone());
+    let want = fused_linear_cross_entropy(x, w, Some(b), labels, &loss);
     assert_eq!(got.into_data(), want.into_data());
+}
+
+/// The loss and the predictions under options that are not plain, on both paths and for
+/// each reduction: the loss is `fused_linear_cross_entropy`'s bit for bit, tracked the same
+/// way, and the predictions are those of the plain options (an ignored row is predicted as
+/// any other).
+#[test]
+fn predictions_come_with_any_options() {
+    let device = &device();
+    for classes in [5, 40] {
+        for reduction in [HeadReduction::Mean, HeadReduction::Sum, HeadReduction::None] {
+            let d = data(25, 11, 8, classes, &[(3, -100)]);
+            let loss = HeadOptions::new()
+                .with_ignore_index(Some(-100))
+                .with_class_weights(Some((0..classes).map(|k| 1.0 + (k % 3) as f32).collect()))
+                .with_reduction(reduction);
+            let context = format!("C = {classes}, {reduction:?}");
+            let (x, w, b, labels) = d.tensors::<Autodiff<B>>(device, DType::F32);
+            let w = w.require_grad();
+            let run = |predict: bool| {
+                let (x, w, b, labels) = (x.clone(), w.clone(), Some(b.clone()), labels.clone());
+                let (out, predictions) = if predict {
+                    let (out, p) = burn_fused_head::fused_linear_cross_entropy_and_predictions(
+                        x,
+                        w.clone(),
+                        b,
+                        labels,
+                        &loss,
+                    );
+                    (out, Some(p))
+                } else {
+                    (
+                        fused_linear_cross_entropy(x, w.clone(), b, labels, &loss),
+                        None,
+                    )
+                };
+                let dw = w.grad(&out.clone().sum().backward()).unwrap();
+                (out.into_data(), dw.into_data(), predictions)
+            };
+            let (out, dw, predictions) = run(true);
+            let (want_out, want_dw, _) = run(false);
+            assert_eq!(out, want_out, "{context}: result");
+            assert_eq!(dw, want_dw, "{context}: dW");
+            let (_, plain) = burn_fused_head::fused_linear_cross_entropy_and_predictions(
+                x.clone(),
+                w.clone(),
+                Some(b.clone()),
+                labels.clone().mask_fill(labels.clone().equal_elem(-100), 0),
+                &HeadOptions::new(),
+            );
+            assert_eq!(
+                predictions.unwrap().into_data(),
+                plain.into_data(),
+                "{context}: predictions"
+            );
+        }
+    }
 }
 
 /// 24 random cases of shape, options and chunking against PyTorch's formula, both activations.

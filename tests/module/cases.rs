@@ -41,49 +41,169 @@ fn a_record_round_trip_keeps_the_logits() {
     let device = &device();
     let data = HeadData::random(9, 6, 16, 5);
     let (x, _, _, _) = data.tensors::<B>(device, DType::F32);
-    let head = FusedHeadConfig::new(16, 5).init::<B>(device);
-    let expected = head.logits(x.clone()).into_data();
+    let head = FusedLinearCrossEntropyConfig::new(16, 5).init::<B>(device);
+    let expected = head.forward(x.clone()).into_data();
     assert!(
         expected.iter::<f32>().any(|v| v != 0.0),
         "degenerate logits"
     );
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let bytes = recorder.record(head.into_record(), ()).unwrap();
-    let loaded = FusedHeadConfig::new(16, 5)
+    let loaded = FusedLinearCrossEntropyConfig::new(16, 5)
         .init::<B>(device)
         .load_record(recorder.load(bytes, device).unwrap());
-    assert_eq!(expected, loaded.logits(x).into_data());
+    assert_eq!(expected, loaded.forward(x).into_data());
 }
 
-/// The config's precision reaches the module (default exact; not part of the record) and its
-/// loss is the function's with that precision, bit for bit.
+/// The config's defaults are `LinearConfig`'s and `Linear` + `CrossEntropyLoss`'s (a bias,
+/// the identity, exact, the mean), each setter reaches the module's options (which are not
+/// part of the record), and the module's loss is the function's with those options, bit for
+/// bit.
 #[test]
-fn the_configs_precision_reaches_the_loss() {
+fn the_configs_options_reach_the_loss() {
     let device = &device();
-    assert_eq!(FusedHeadConfig::new(16, 40).precision, HeadPrecision::Exact);
+    let config = FusedLinearCrossEntropyConfig::new(16, 40);
+    assert!(config.bias && config.bias_initializer.is_none());
+    assert_eq!(
+        config.initializer,
+        burn::nn::LinearConfig::new(16, 40).initializer
+    );
+    assert_eq!(config.options, HeadOptions::new());
+    assert_eq!(config.options.activation, HeadActivation::Identity);
+    let config = config
+        .with_activation(HeadActivation::Relu)
+        .with_precision(HeadPrecision::Tf32)
+        .with_ignore_index(Some(3))
+        .with_pad_tokens(Some(vec![5]))
+        .with_class_weights(Some(vec![0.5; 40]))
+        .with_smoothing(Some(0.25))
+        .with_reduction(burn_fused_head::HeadReduction::Sum)
+        .with_chunk_elements(Some(100));
+    let options = HeadOptions::new()
+        .with_activation(HeadActivation::Relu)
+        .with_precision(HeadPrecision::Tf32)
+        .with_ignore_index(Some(3))
+        .with_pad_tokens(Some(vec![5]))
+        .with_class_weights(Some(vec![0.5; 40]))
+        .with_smoothing(Some(0.25))
+        .with_reduction(burn_fused_head::HeadReduction::Sum)
+        .with_chunk_elements(Some(100));
+    assert_eq!(config.options, options);
     let data = HeadData::random(10, 24, 16, 40);
     let (x, _, _, labels) = data.tensors::<B>(device, DType::F32);
-    let head = FusedHeadConfig::new(16, 40)
-        .with_precision(HeadPrecision::Tf32)
-        .init::<B>(device);
-    assert_eq!(head.precision, HeadPrecision::Tf32);
-    let want = burn_fused_head::linear_relu_cross_entropy_with(
+    let head = config.init::<B>(device);
+    assert_eq!(head.options, options);
+    let want = fused_linear_cross_entropy(
         x.clone(),
         head.weight.val(),
-        head.bias.val(),
+        head.bias.as_ref().map(|b| b.val()),
         labels.clone(),
-        HeadPrecision::Tf32,
+        &options,
     );
-    assert_eq!(head.forward(x, labels).into_data(), want.into_data());
+    assert_eq!(head.forward_loss(x, labels).into_data(), want.into_data());
     let record = head.clone().into_record();
-    let exact = FusedHeadConfig::new(16, 40)
+    let plain = FusedLinearCrossEntropyConfig::new(16, 40)
         .init::<B>(device)
         .load_record(record);
     assert_eq!(
-        exact.precision,
-        HeadPrecision::Exact,
-        "a record carries no precision"
+        plain.options,
+        HeadOptions::new(),
+        "a record carries no options"
     );
+}
+
+/// A head made from a stock `Linear` (its weight `[I, C]` transposed to `[C, I]`, its bias
+/// kept, in either `LinearLayout`) computes the layer's logits, and its loss and gradients are
+/// stock `Linear` + `CrossEntropyLoss`'s under the gates; a layer without a bias gives a head
+/// without one.
+#[test]
+fn a_head_from_a_linear_is_that_linear() {
+    use burn::nn::loss::CrossEntropyLossConfig;
+    use burn::nn::{LinearConfig, LinearLayout};
+    use burn_fused_head_testing::gates::{gate, values};
+    type A = burn::backend::Autodiff<B>;
+    let device = &device();
+    for (layout, bias, classes) in [
+        (LinearLayout::Row, true, 7),
+        (LinearLayout::Col, true, 40),
+        (LinearLayout::Row, false, 40),
+    ] {
+        let context = format!("{layout:?}, bias {bias}, C = {classes}");
+        let data = HeadData::random(31, 12, 9, classes);
+        let (x, _, _, labels) = data.tensors::<A>(device, DType::F32);
+        let linear: Linear<A> = LinearConfig::new(9, classes)
+            .with_layout(layout)
+            .with_bias(bias)
+            .init(device);
+        let stock_logits = values(linear.forward(x.clone()));
+        let stock_weight = values(linear.weight.val());
+        // Stock's gradients on a row-layout copy (a `Col` layer's weight is a transposed view,
+        // not a leaf of the graph).
+        let leaf = |t: Tensor<A, 2>| Param::from_tensor(Tensor::from_data(t.into_data(), device));
+        let stock = Linear {
+            weight: leaf(linear.weight.val()),
+            bias: linear.bias.as_ref().map(|b| {
+                Param::from_tensor(Tensor::<A, 1>::from_data(b.val().into_data(), device))
+            }),
+        };
+        let ce = CrossEntropyLossConfig::new().init(device);
+        let stock_loss = ce.forward(stock.forward(x.clone()), labels.clone());
+        let stock_grads = stock_loss.backward();
+        let stock_dw = values(stock.weight.grad(&stock_grads).unwrap().transpose());
+
+        let head = FusedLinearCrossEntropy::from(linear);
+        assert_eq!(head.weight.dims(), [classes, 9], "{context}");
+        assert_eq!(head.bias.is_some(), bias, "{context}");
+        assert_eq!(
+            values(head.weight.val().transpose()),
+            stock_weight,
+            "{context}: W is the layer's weight, transposed"
+        );
+        let loss = head.forward_loss(x.clone(), labels);
+        let grads = loss.backward();
+        for report in [
+            gate("logits", &values(head.forward(x)), &stock_logits),
+            gate("loss", &values(loss), &values(stock_loss)),
+            gate("dW", &values(head.weight.grad(&grads).unwrap()), &stock_dw),
+        ] {
+            assert!(report.passed(), "{context}: {report}");
+        }
+    }
+}
+
+/// A head without a bias is the head with a zero bias, bit for bit, and the gradients of X and
+/// W are those of that head.
+#[test]
+fn a_head_without_a_bias_is_a_zero_bias() {
+    type A = burn::backend::Autodiff<B>;
+    let device = &device();
+    for classes in [7, 40] {
+        let data = HeadData::random(33, 10, 6, classes);
+        let (x, w, _, labels) = data.tensors::<A>(device, DType::F32);
+        let zeros = Tensor::<A, 1>::zeros([classes], (device, DType::F32));
+        let run = |bias: Option<Tensor<A, 1>>| {
+            let (x, w) = (x.clone().require_grad(), w.clone().require_grad());
+            let options = HeadOptions::new().with_activation(HeadActivation::Relu);
+            let loss =
+                fused_linear_cross_entropy(x.clone(), w.clone(), bias, labels.clone(), &options);
+            let grads = loss.backward();
+            (
+                loss.into_data(),
+                x.grad(&grads).unwrap().into_data(),
+                w.grad(&grads).unwrap().into_data(),
+            )
+        };
+        assert_eq!(run(None), run(Some(zeros)), "C = {classes}");
+        let head = FusedLinearCrossEntropyConfig::new(6, classes)
+            .with_bias(false)
+            .init::<A>(device);
+        assert!(head.bias.is_none());
+        let loss = head.forward_loss(x.clone(), labels.clone());
+        assert!(
+            head.weight.grad(&loss.backward()).is_some(),
+            "C = {classes}"
+        );
+    }
 }
 
 /// X `[2, 3, I]` with labels `[2, 3]`, as a sequence model gives them: the loss and the logits
@@ -98,7 +218,7 @@ fn leading_dims_are_the_flattened_rows() {
         let (x, w, b, labels) = data.tensors::<A>(device, DType::F32);
         let head = exact_head(w, b, HeadActivation::Relu);
         let x = x.require_grad();
-        let flat = head.forward(x.clone(), labels.clone());
+        let flat = head.forward_loss(x.clone(), labels.clone());
         let dx_flat = x.grad(&flat.backward()).unwrap().into_data();
 
         let x3 = Tensor::<A, 3>::from_data(
@@ -106,7 +226,7 @@ fn leading_dims_are_the_flattened_rows() {
             (device, DType::F32),
         )
         .require_grad();
-        let loss = head.forward(x3.clone(), labels.clone().reshape([2, 3]));
+        let loss = head.forward_loss(x3.clone(), labels.clone().reshape([2, 3]));
         assert_eq!(
             loss.clone().into_data(),
             flat.into_data(),
@@ -116,17 +236,17 @@ fn leading_dims_are_the_flattened_rows() {
         assert_eq!(dx.dims(), [2, 3, 5], "C = {classes}: dX keeps X's shape");
         assert_eq!(dx.reshape([6, 5]).into_data(), dx_flat, "C = {classes}: dX");
 
-        let logits = head.logits(x3.clone().detach());
+        let logits = head.forward(x3.clone().detach());
         assert_eq!(logits.dims(), [2, 3, classes]);
         let (x2, _, _, _) = data.tensors::<A>(device, DType::F32);
         assert_eq!(
             logits.reshape([6, classes]).into_data(),
-            head.logits(x2).into_data(),
+            head.forward(x2).into_data(),
             "C = {classes}: logits"
         );
 
         let wrong = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            head.forward(x3.clone(), labels.clone().reshape([3, 2]))
+            head.forward_loss(x3.clone(), labels.clone().reshape([3, 2]))
         }));
         let message = wrong.expect_err("labels [3, 2] for X [2, 3, 5] must panic");
         let text = message
@@ -137,26 +257,30 @@ fn leading_dims_are_the_flattened_rows() {
     }
 }
 
-/// The README's model (Linear 784 -> 256, ReLU, `FusedHeadConfig::new(256, 10)` with its default
-/// init) on 32 random rows, its head trained by Adam on the hidden layer's output: no row starts
-/// with every logit <= 0 (a ReLU-dead row learns nothing), and after 200 steps the loss is
-/// within 25% of stock `Linear` + `CrossEntropyLoss` trained from the same W and b. (With
-/// Burn's `Linear` init for b, 2 rows died and the loss stayed at 0.60 against stock's 0.10.)
+/// A ReLU head on the README's hidden layer (Linear 784 -> 256, ReLU), initialised as
+/// `HeadActivation::Relu` recommends (b = 1), on 32 random rows, trained by Adam on the hidden
+/// layer's output: no row starts with every logit <= 0 (a ReLU-dead row learns nothing), and
+/// after 200 steps the loss is within 25% of stock `Linear` + `CrossEntropyLoss` trained from
+/// the same W and b. (With Burn's `Linear` init for b, 2 rows died and the loss stayed at 0.60
+/// against stock's 0.10.)
 #[test]
-fn the_default_init_lets_every_row_learn() {
+fn the_relu_heads_bias_of_one_lets_every_row_learn() {
     use burn::nn::{LinearConfig, Relu};
     use burn::optim::AdamConfig;
     use burn::tensor::ElementConversion;
     type A = burn::backend::Autodiff<B>;
     let device = &device();
     let hidden: Linear<A> = LinearConfig::new(784, 256).init(device);
-    let mut head = FusedHeadConfig::new(256, 10).init::<A>(device);
+    let mut head = FusedLinearCrossEntropyConfig::new(256, 10)
+        .with_activation(HeadActivation::Relu)
+        .with_bias_initializer(Some(burn::module::Initializer::Constant { value: 1.0 }))
+        .init::<A>(device);
     let x = seeded_uniform::<A, 2>(81, [32, 784], 1.7, device); // variance ~1, as N(0, 1)
     let labels = Tensor::<A, 1, burn::tensor::Int>::arange(0..32, device).remainder_scalar(10);
     let features = Relu::new().forward(hidden.forward(x)).detach(); // [32, 256]
-    let dead = |head: &FusedHead<A>| {
-        let z =
-            features.clone().matmul(head.weight.val().transpose()) + head.bias.val().unsqueeze();
+    let dead = |head: &FusedLinearCrossEntropy<A>| {
+        let z = features.clone().matmul(head.weight.val().transpose())
+            + head.bias.as_ref().unwrap().val().unsqueeze();
         let alive = z.greater_elem(0.0).int().sum_dim(1); // [32, 1]
         alive.equal_elem(0).int().sum().into_scalar().elem::<i64>()
     };
@@ -165,7 +289,7 @@ fn the_default_init_lets_every_row_learn() {
     let mut optim = AdamConfig::new().init();
     let mut loss = f64::NAN;
     for _ in 0..200 {
-        let l = head.forward(features.clone(), labels.clone());
+        let l = head.forward_loss(features.clone(), labels.clone());
         loss = l.clone().into_scalar().elem::<f64>();
         let grads = GradientsParams::from_grads(l.backward(), &head);
         head = optim.step(1e-3, head, grads);
@@ -177,7 +301,7 @@ fn the_default_init_lets_every_row_learn() {
             device,
         )),
         bias: Some(Param::from_tensor(Tensor::from_data(
-            head0.bias.val().into_data(),
+            head0.bias.as_ref().unwrap().val().into_data(),
             device,
         ))),
     };
@@ -197,11 +321,11 @@ fn the_default_init_lets_every_row_learn() {
     );
 }
 
-/// `FusedHeadConfig::with_activation(HeadActivation::Identity)` is stock `Linear` +
+/// The identity head (the default) is stock `Linear` +
 /// `CrossEntropyLoss`: the README's model's head (I = 256) on 32 random rows, at C = 10 and at
 /// C = 40 (the large-C path), trained by Adam from the same W and b as a stock `Linear` trained
 /// on the f64 reference (NdArray, stock ops, the same features): the first loss and gradients
-/// under the seed's gate, and the loss after 100 steps within 1e-4 of the reference's (f32
+/// under the gate, and the loss after 100 steps within 1e-4 of the reference's (f32
 /// rounding alone; both fall by more than half). The reference is f64 rather than stock Burn on
 /// the same backend: on CUDA stock's autotuned matmul is not exact f32. Its cross-entropy is
 /// written with `log_softmax` and `gather`, every tensor with an explicit dtype, so that no
@@ -212,7 +336,7 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
     use burn::nn::Relu;
     use burn::optim::AdamConfig;
     use burn::tensor::ElementConversion;
-    use burn_fused_head::gates::{gate, values};
+    use burn_fused_head_testing::gates::{gate, values};
     type A = burn::backend::Autodiff<B>;
     type R = burn::backend::Autodiff<burn::backend::NdArray<f64>>;
     let device = &device();
@@ -235,19 +359,14 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
         let labels = Tensor::<A, 1, burn::tensor::Int>::arange(0..32, device)
             .remainder_scalar(classes as i64);
         let features = Relu::new().forward(hidden.forward(x)).detach(); // [32, 256]
-        let config = FusedHeadConfig::new(256, classes).with_activation(HeadActivation::Identity);
-        assert_eq!(config.activation, HeadActivation::Identity);
-        assert_eq!(
-            config.init::<A>(device).activation,
-            HeadActivation::Identity
-        );
-        // The config's init, with explicit f32 values (Burn's initializers take the device's
-        // default dtype).
-        let mut head = FusedHead::<A> {
+        // Explicit f32 values (Burn's initializers take the device's default dtype).
+        let mut head = FusedLinearCrossEntropy::<A> {
             weight: Param::from_tensor(seeded_uniform(94, [classes, 256], 1.0 / 16.0, device)),
-            bias: Param::from_tensor(Tensor::ones([classes], (device, DType::F32))),
-            precision: HeadPrecision::Exact,
-            activation: HeadActivation::Identity,
+            bias: Some(Param::from_tensor(Tensor::ones(
+                [classes],
+                (device, DType::F32),
+            ))),
+            options: HeadOptions::new(),
         };
 
         let ref_features = to_reference(features.clone().into_data()); // [32, 256]
@@ -256,7 +375,13 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
             (reference, DType::I64),
         )
         .unsqueeze_dim::<2>(1); // [32, 1]
-        let ref_bias = head.bias.val().into_data().convert::<f64>();
+        let ref_bias = head
+            .bias
+            .as_ref()
+            .unwrap()
+            .val()
+            .into_data()
+            .convert::<f64>();
         let mut stock = Linear {
             weight: Param::from_tensor(to_reference(head.weight.val().transpose().into_data())),
             bias: Some(Param::from_tensor(Tensor::<R, 1>::from_data(
@@ -271,7 +396,7 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
         let (mut optim, mut stock_optim) = (AdamConfig::new().init(), AdamConfig::new().init());
         let mut losses = Vec::new();
         for step in 0..100 {
-            let l = head.forward(features.clone(), labels.clone());
+            let l = head.forward_loss(features.clone(), labels.clone());
             let s = ce(stock.forward(ref_features.clone()));
             losses.push((
                 l.clone().into_scalar().elem::<f64>(),
@@ -281,7 +406,7 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
             if step == 0 {
                 let dw = values(head.weight.grad(&grads).unwrap());
                 let stock_dw = values(stock.weight.grad(&stock_grads).unwrap().transpose());
-                let db = values(head.bias.grad(&grads).unwrap());
+                let db = values(head.bias.as_ref().unwrap().grad(&grads).unwrap());
                 let stock_db = values(stock.bias.as_ref().unwrap().grad(&stock_grads).unwrap());
                 let (loss, stock_loss) = losses[0];
                 for report in [
@@ -317,11 +442,11 @@ fn the_identity_head_trains_as_stock_linear_cross_entropy() {
     }
 }
 
-/// `forward_with_predictions` on X `[2, 3, I]` with labels `[2, 3]`: the loss of `forward` bit
-/// for bit, predictions in the labels' shape equal to the flattened call's, both activations,
-/// on both paths (C = 7 and C = 40).
+/// `forward_loss_and_predictions` on X `[2, 3, I]` with targets `[2, 3]`: the loss of
+/// `forward_loss` bit for bit, predictions in the targets' shape equal to the flattened
+/// call's, both activations, on both paths (C = 7 and C = 40).
 #[test]
-fn forward_with_predictions_keeps_the_labels_shape() {
+fn forward_loss_and_predictions_keeps_the_targets_shape() {
     let device = &device();
     for classes in [7, 40] {
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
@@ -329,10 +454,11 @@ fn forward_with_predictions_keeps_the_labels_shape() {
             let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
             let head = exact_head(w, b, activation);
             let context = format!("C = {classes}, {activation:?}");
-            let (flat_loss, flat) = head.forward_with_predictions(x.clone(), labels.clone());
+            let (flat_loss, flat) = head.forward_loss_and_predictions(x.clone(), labels.clone());
             let x3 = x.clone().reshape([2, 3, 5]);
             let labels3 = labels.clone().reshape([2, 3]);
-            let (loss, predictions) = head.forward_with_predictions(x3.clone(), labels3.clone());
+            let (loss, predictions) =
+                head.forward_loss_and_predictions(x3.clone(), labels3.clone());
             assert_eq!(predictions.dims(), [2, 3], "{context}: shape");
             assert_eq!(
                 predictions.reshape([6]).into_data(),
@@ -341,12 +467,12 @@ fn forward_with_predictions_keeps_the_labels_shape() {
             );
             assert_eq!(
                 loss.into_data(),
-                head.forward(x3, labels3).into_data(),
+                head.forward_loss(x3, labels3).into_data(),
                 "{context}: loss"
             );
             assert_eq!(
                 flat_loss.into_data(),
-                head.forward(x, labels).into_data(),
+                head.forward_loss(x, labels).into_data(),
                 "{context}: flat loss"
             );
         }
@@ -354,8 +480,8 @@ fn forward_with_predictions_keeps_the_labels_shape() {
 }
 
 /// `forward_classification` (feature `train`): burn-train's `ClassificationOutput` whose loss
-/// is `forward`'s bit for bit, whose output `[B, C]` is the one-hot of
-/// `forward_with_predictions`' classes (so its argmax, what `AccuracyMetric` reads, is the
+/// is `forward_loss`'s bit for bit, whose output `[B, C]` is the one-hot of
+/// `forward_loss_and_predictions`' classes (so its argmax, what `AccuracyMetric` reads, is the
 /// prediction), and whose targets are the labels; on both paths (C = 7 and C = 40).
 #[cfg(feature = "train")]
 #[test]
@@ -366,7 +492,7 @@ fn forward_classification_is_the_loss_and_the_one_hot_predictions() {
         let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
         let head = exact_head(w, b, HeadActivation::Relu);
         let out = head.forward_classification(x.clone(), labels.clone());
-        let (loss, predictions) = head.forward_with_predictions(x, labels.clone());
+        let (loss, predictions) = head.forward_loss_and_predictions(x, labels.clone());
         assert_eq!(
             out.loss.into_data(),
             loss.into_data(),
@@ -426,11 +552,10 @@ fn exact_head<K: Backend>(
     w: Tensor<K, 2>,
     b: Tensor<K, 1>,
     activation: HeadActivation,
-) -> FusedHead<K> {
-    FusedHead {
+) -> FusedLinearCrossEntropy<K> {
+    FusedLinearCrossEntropy {
         weight: Param::from_tensor(w),
-        bias: Param::from_tensor(b),
-        precision: HeadPrecision::Exact,
-        activation,
+        bias: Some(Param::from_tensor(b)),
+        options: HeadOptions::new().with_activation(activation),
     }
 }

@@ -23,7 +23,7 @@ fn fast_path_matches_the_reference_and_the_stages() {
             bias.clone(),
             labels.clone(),
             grad,
-            HeadPrecision::Exact,
+            opts(HeadPrecision::Exact).kernels(),
         );
         let context = format!("fast path B={b} I={i} C={c} g={grad}");
         assert_gates(&context, &fast.gates(&reference_stages(&data, grad)));
@@ -35,7 +35,7 @@ fn fast_path_matches_the_reference_and_the_stages() {
     }
 }
 
-/// `HeadPrecision::Tf32` on the fast path. Where the backend has TF32 tensor cores: the seed's
+/// `HeadPrecision::Tf32` on the fast path. Where the backend has TF32 tensor cores: the
 /// gates against the TF32 reference, and Z outside the exact gates somewhere (the tensor cores
 /// did run). Elsewhere: the same bits as `HeadPrecision::Exact`.
 #[test]
@@ -47,7 +47,7 @@ fn tf32_fast_path_matches_the_rounded_reference() {
         let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
         let run = |precision| {
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-            run_fast_path(x, w, bias, labels, grad, precision)
+            run_fast_path(x, w, bias, labels, grad, opts(precision).kernels())
         };
         let tf32 = run(HeadPrecision::Tf32);
         let exact = run(HeadPrecision::Exact);
@@ -77,7 +77,7 @@ fn tf32_autodiff_passes_the_tf32_gate() {
     let run = |precision| {
         let (x, w, b, labels) = data.tensors::<B>(device, DType::F32);
         head_grads(x, w, b, labels, scale, |x, w, b, l| {
-            linear_relu_cross_entropy_with(x, w, b, l, precision)
+            fused_linear_cross_entropy(x, w, Some(b), l, &opts(precision))
         })
     };
     let got = run(HeadPrecision::Tf32);
@@ -85,10 +85,11 @@ fn tf32_autodiff_passes_the_tf32_gate() {
     if B::head_tf32_available(device) {
         assert_tf32_grads("TF32 autodiff", &got, &data, scale);
         assert_tensor_cores_ran("TF32 autodiff", "dW", &got.dw, &exact.dw);
-        // Which rounding rule the products followed, for the record: the seed's gate against
+        // Which rounding rule the products followed, for the record: the gate against
         // a reference with each rule (the TF32 gate above is the assertion).
         let (x, w, b, labels) = data.tensors::<Reference>(&reference_device(), DType::F64);
-        let truncated = burn_fused_head::gates::run_stages_tf32_truncated(x, w, b, labels, scale);
+        let truncated =
+            burn_fused_head_testing::gates::run_stages_tf32_truncated(x, w, b, labels, scale);
         for (rule, want) in [
             ("to nearest", tf32_reference_stages(&data, scale)),
             ("toward zero", truncated),
@@ -110,9 +111,9 @@ fn tf32_autodiff_passes_the_tf32_gate() {
     }
 }
 
-/// `linear_relu_logits` (and `_with`) on the inner backend, which runs the op's forward kernels
+/// The module's `forward` (the logits) on the inner backend, which runs the op's forward kernels
 /// (the small-C logits kernel up to C = 32, the tiled product above): H against the reference's
-/// H under the seed's gate, for the fast path's shapes; with `HeadPrecision::Tf32`, against the
+/// H under the gate, for the fast path's shapes; with `HeadPrecision::Tf32`, against the
 /// TF32 reference where the backend has TF32 tensor cores (and outside the exact gates
 /// somewhere), else the exact logits' bits; and equal, bit for bit, to ReLU of the training
 /// forward's Z in the same precision.
@@ -120,23 +121,26 @@ fn tf32_autodiff_passes_the_tf32_gate() {
 fn logits_match_the_reference_and_the_training_forward() {
     let device = &device();
     let h_gate = |context: &str, got: Vec<f64>, want: &[f64]| {
-        assert_gates(context, &[burn_fused_head::gates::gate("H", &got, want)]);
+        assert_gates(
+            context,
+            &[burn_fused_head_testing::gates::gate("H", &got, want)],
+        );
     };
-    let logits = |data: &HeadData, precision| {
+    let h_of = |data: &HeadData, precision| {
         let (x, w, bias, _) = data.tensors::<B>(device, DType::F32);
-        burn_fused_head::gates::values(linear_relu_logits_with(x, w, bias, precision))
+        burn_fused_head_testing::gates::values(logits(x, w, bias, opts(precision)))
     };
     for (k, &(b, i, c)) in FAST_SHAPES.iter().enumerate() {
         let data = HeadData::random(600 + k as u64, b, i, c);
         let (x, w, bias, _) = data.tensors::<B>(device, DType::F32);
-        let got = burn_fused_head::gates::values(linear_relu_logits(x, w, bias));
+        let got = burn_fused_head_testing::gates::values(logits(x, w, bias, relu_options()));
         let context = format!("logits B={b} I={i} C={c}");
         h_gate(&context, got, &reference_stages(&data, 1.0).h);
     }
     for (k, &(b, i, c)) in TF32_SHAPES.iter().enumerate() {
         let data = HeadData::random(700 + k as u64, b, i, c);
-        let tf32 = logits(&data, HeadPrecision::Tf32);
-        let exact = logits(&data, HeadPrecision::Exact);
+        let tf32 = h_of(&data, HeadPrecision::Tf32);
+        let exact = h_of(&data, HeadPrecision::Exact);
         let context = format!("TF32 logits B={b} I={i} C={c}");
         // The training forward's Z in the same precision: ReLU of it is the logits, bit for bit
         // (the logits' bias and ReLU run in place of the product, the training's keep Z).
@@ -146,10 +150,10 @@ fn logits_match_the_reference_and_the_training_forward() {
             w.into_primitive().tensor(),
             bias.into_primitive().tensor(),
             labels.into_primitive(),
-            HeadPrecision::Tf32.into(),
+            opts(HeadPrecision::Tf32).kernels(),
         );
         let z = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(fwd.z));
-        let relu_z = burn_fused_head::gates::values(burn::tensor::activation::relu(z));
+        let relu_z = burn_fused_head_testing::gates::values(burn::tensor::activation::relu(z));
         assert_eq!(
             tf32, relu_z,
             "{context}: logits against ReLU(Z) of the forward"
@@ -179,7 +183,7 @@ fn backward_computes_exactly_the_wanted_gradients() {
             w.clone(),
             bias.into_primitive().tensor(),
             labels.into_primitive(),
-            HeadPrecision::Exact.into(),
+            opts(HeadPrecision::Exact).kernels(),
         );
         let g = Tensor::<B, 1>::from_data([1.0], (device, DType::F32));
         let run = |wanted: HeadWanted| {
@@ -190,7 +194,7 @@ fn backward_computes_exactly_the_wanted_gradients() {
                 fwd.dh.clone(),
                 g.clone().into_primitive().tensor(),
                 wanted,
-                HeadPrecision::Exact.into(),
+                opts(HeadPrecision::Exact).kernels(),
             );
             let read = |t: Option<_>| {
                 t.map(|t| {
@@ -258,7 +262,14 @@ fn backward_chunks_longer_than_one_stage_pass_the_gates() {
         let data = HeadData::random(300 + k as u64, b, i, c);
         let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
         let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-        let fast = run_fast_path(x, w, bias, labels, grad, HeadPrecision::Exact);
+        let fast = run_fast_path(
+            x,
+            w,
+            bias,
+            labels,
+            grad,
+            opts(HeadPrecision::Exact).kernels(),
+        );
         let context = format!("fast path B={b} I={i} C={c} g={grad}");
         assert_gates(&context, &fast.gates(&reference_stages(&data, grad)));
     }
@@ -277,8 +288,13 @@ fn gradients_follow_the_upstream_gradient() {
     type A<B> = Autodiff<B>;
     let twice =
         |x: Tensor<A<B>, 2>, w: Tensor<A<B>, 2>, b: Tensor<A<B>, 1>, l: Tensor<A<B>, 1, Int>| {
-            linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), l.clone())
-                + linear_relu_cross_entropy(x, w, b, l) * 3.0
+            fused_linear_cross_entropy(
+                x.clone(),
+                w.clone(),
+                Some(b.clone()),
+                l.clone(),
+                &relu_options(),
+            ) + fused_linear_cross_entropy(x, w, Some(b), l, &relu_options()) * 3.0
         };
     let got = head_grads(x, w, b, labels, 1.0, twice);
     let mut want = stock_grads(&data, 4.0);
@@ -301,7 +317,7 @@ fn dead_relu_rows_pass_the_gates() {
     let ln_c = (data.classes as f64).ln();
     for r in 0..data.batch / 2 {
         assert!(
-            burn_fused_head::gates::within(got.loss_rows[r], ln_c),
+            burn_fused_head_testing::gates::within(got.loss_rows[r], ln_c),
             "row {r}: loss {} != ln C",
             got.loss_rows[r]
         );
@@ -388,7 +404,7 @@ fn transposed_views_match_stock_burn() {
         stored.transpose() // [m, n], strides (1, m)
     };
     let (x, w) = (transposed_view(x), transposed_view(w));
-    let got = head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy);
+    let got = head_grads(x, w, b, labels, 1.0, relu_loss);
     assert_grads("non-contiguous X and W", &got, &stock_grads(&data, 1.0));
 }
 
@@ -420,7 +436,7 @@ fn gradients_reach_a_stock_linear_before_the_head() {
             to_f64(x0.grad(&grads).unwrap()),
         ]
     }
-    let got = run::<Autodiff<B>>(&first, &head, device, DType::F32, linear_relu_cross_entropy);
+    let got = run::<Autodiff<B>>(&first, &head, device, DType::F32, relu_loss);
     let want = run::<Autodiff<Reference>>(
         &first,
         &head,
@@ -432,7 +448,7 @@ fn gradients_reach_a_stock_linear_before_the_head() {
     // outputs every other test gates). On CUDA those matmuls use TF32 (10-bit mantissa, about
     // 1e-3 relative), so the bound adds twice the error of the whole stock model on the same
     // backend (FlashAttention's "no worse than k x the baseline"): on NdArray and wgpu that term
-    // is ~1e-7 and the check is the seed's gate.
+    // is ~1e-7 and the check is the gate.
     let stock = run::<Autodiff<B>>(&first, &head, device, DType::F32, stock_head_loss);
     let names = ["Linear W", "Linear b", "X0"];
     for (k, name) in names.iter().enumerate() {
@@ -469,7 +485,7 @@ fn balanced_checkpointing_keeps_the_gradients() {
     );
 }
 
-/// The seed's exercise: a weight gradient that reads dZ as if stored transposed
+/// The gates catch an indexing bug: a weight gradient that reads dZ as if stored transposed
 /// (`dZ[c * B + r]`) fails the dW gate and only the dW gate.
 #[test]
 fn a_wrong_weight_gradient_fails_only_the_dw_gate() {
@@ -519,18 +535,18 @@ fn identity_fast_path_matches_the_reference() {
         let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
         let run = |options: HeadOptions| {
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-            run_fast_path(x, w, bias, labels, grad, options)
+            run_fast_path(x, w, bias, labels, grad, opts(options).kernels())
         };
         let identity = run(HeadActivation::Identity.into());
         let context = format!("identity fast path B={b} I={i} C={c} g={grad}");
         let want = reference_stages_with(&data, grad, HeadActivation::Identity);
         assert_gates(&context, &identity.gates(&want));
-        assert_eq!(identity.z, run(HeadOptions::new()).z, "{context}: Z");
+        assert_eq!(identity.z, run(relu_options()).z, "{context}: Z");
     }
 }
 
 /// `HeadActivation::Identity` with `HeadPrecision::Tf32` on the fast path: where the backend
-/// has TF32 tensor cores, the seed's gates against the TF32 reference with the identity;
+/// has TF32 tensor cores, the gates against the TF32 reference with the identity;
 /// elsewhere, the bits of the exact identity run.
 #[test]
 fn identity_tf32_fast_path_matches_the_rounded_reference() {
@@ -541,13 +557,17 @@ fn identity_tf32_fast_path_matches_the_rounded_reference() {
         let grad = if k % 2 == 0 { 1.0 } else { -1.5 };
         let run = |precision| {
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-            run_fast_path(x, w, bias, labels, grad, identity.with_precision(precision))
+            let kernels = identity.clone().with_precision(precision).kernels();
+            run_fast_path(x, w, bias, labels, grad, kernels)
         };
         let tf32 = run(HeadPrecision::Tf32);
         let context = format!("identity TF32 fast path B={b} I={i} C={c} g={grad}");
         if B::head_tf32_available(device) {
-            let want =
-                reference_stages_with(&data, grad, identity.with_precision(HeadPrecision::Tf32));
+            let want = reference_stages_with(
+                &data,
+                grad,
+                identity.clone().with_precision(HeadPrecision::Tf32),
+            );
             assert_gates(&context, &tf32.gates(&want));
         } else {
             assert_eq!(
@@ -570,28 +590,38 @@ fn identity_autodiff_matches_stock_linear_cross_entropy() {
         let data = HeadData::random(870 + k as u64, b, i, c);
         let scale = if k % 2 == 0 { 1.0 } else { -0.75 };
         let context = format!("identity autodiff B={b} I={i} C={c} scale={scale}");
-        check_identity_autodiff::<B>(device, &data, scale, &context);
+        check_identity_autodiff::<B>(device, &data, scale, &context, 0);
     }
 }
 
 /// `linear_relu_logits_with(.., HeadActivation::Identity)` is `X W^T + b`: Z of the reference
-/// under the seed's gate, and the training forward's Z bit for bit, over the fast path's shapes.
+/// under the gate, and the training forward's Z bit for bit, over the fast path's shapes.
 #[test]
 fn identity_logits_are_the_training_forwards_z() {
     let device = &device();
     for (k, &(b, i, c)) in FAST_SHAPES.iter().enumerate() {
         let data = HeadData::random(880 + k as u64, b, i, c);
         let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-        let got = burn_fused_head::gates::values(linear_relu_logits_with(
+        let got = burn_fused_head_testing::gates::values(logits(
             x.clone(),
             w.clone(),
             bias.clone(),
-            HeadActivation::Identity,
+            opts(HeadActivation::Identity),
         ));
         let context = format!("identity logits B={b} I={i} C={c}");
         let want = reference_stages(&data, 1.0).z;
-        assert_gates(&context, &[burn_fused_head::gates::gate("Z", &got, &want)]);
-        let fast = run_fast_path(x, w, bias, labels, 1.0, HeadActivation::Identity);
+        assert_gates(
+            &context,
+            &[burn_fused_head_testing::gates::gate("Z", &got, &want)],
+        );
+        let fast = run_fast_path(
+            x,
+            w,
+            bias,
+            labels,
+            1.0,
+            opts(HeadActivation::Identity).kernels(),
+        );
         assert_eq!(got, fast.z, "{context}: against the training forward's Z");
     }
 }
@@ -617,14 +647,15 @@ fn predictions_are_the_argmax_of_h_beside_the_same_loss() {
             let context = format!("predictions {activation:?} B={b} I={i} C={c}");
             let want = reference_stages_with(&data, 1.0, activation).h;
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-            let (loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
+            let (loss, predictions) = fused_linear_cross_entropy_and_predictions(
                 x.clone(),
                 w.clone(),
-                bias.clone(),
+                Some(bias.clone()),
                 labels.clone(),
-                activation,
+                &opts(activation),
             );
-            let plain = linear_relu_cross_entropy_with(x, w, bias, labels.clone(), activation);
+            let plain =
+                fused_linear_cross_entropy(x, w, Some(bias), labels.clone(), &opts(activation));
             assert_eq!(to_f64(loss), to_f64(plain), "{context}: loss");
             assert_eq!(predictions.dtype(), labels.dtype(), "{context}: dtype");
             assert_predictions(&context, &to_i64(predictions), &want, c);
@@ -633,12 +664,17 @@ fn predictions_are_the_argmax_of_h_beside_the_same_loss() {
                 let (x, w, bias, labels) = data.tensors::<A>(device, DType::F32);
                 head_grads(x, w, bias, labels.clone(), 1.0, |x, w, b, l| {
                     if predict {
-                        let (loss, p) =
-                            linear_relu_cross_entropy_and_predictions_with(x, w, b, l, activation);
+                        let (loss, p) = fused_linear_cross_entropy_and_predictions(
+                            x,
+                            w,
+                            Some(b),
+                            l,
+                            &opts(activation),
+                        );
                         assert_predictions(&context, &to_i64(p), &want, c);
                         loss
                     } else {
-                        linear_relu_cross_entropy_with(x, w, b, l, activation)
+                        fused_linear_cross_entropy(x, w, Some(b), l, &opts(activation))
                     }
                 })
             };
@@ -668,7 +704,8 @@ fn predictions_break_ties_toward_the_first_class() {
         data.bias[2] = 50.0;
         data.bias[twin] = 50.0;
         let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-        let (_, predictions) = linear_relu_cross_entropy_and_predictions(x, w, bias, labels);
+        let (_, predictions) =
+            fused_linear_cross_entropy_and_predictions(x, w, Some(bias), labels, &relu_options());
         let got = to_i64(predictions);
         // Every row: the twins hold 50 + the same dot product, the largest logit; the first
         // of them is class 2.
@@ -683,11 +720,12 @@ fn predictions_break_ties_toward_the_first_class() {
             dead.x[r * dead.inputs..(r + 1) * dead.inputs].fill(0.0);
         }
         let (x, w, bias, labels) = dead.tensors::<B>(device, DType::F32);
-        let (_, predictions) = linear_relu_cross_entropy_and_predictions(
+        let (_, predictions) = fused_linear_cross_entropy_and_predictions(
             x.clone(),
             w.clone(),
-            bias.clone(),
+            Some(bias.clone()),
             labels.clone(),
+            &relu_options(),
         );
         let got = to_i64(predictions);
         assert!(got.iter().all(|&p| p == 0), "C = {c}, dead rows: {got:?}");
@@ -698,12 +736,12 @@ fn predictions_break_ties_toward_the_first_class() {
         twins.bias[2] = -0.5;
         twins.bias[twin] = -0.5;
         let (x, w, bias, labels) = twins.tensors::<B>(device, DType::F32);
-        let (_, predictions) = linear_relu_cross_entropy_and_predictions_with(
+        let (_, predictions) = fused_linear_cross_entropy_and_predictions(
             x,
             w,
-            bias,
+            Some(bias),
             labels,
-            HeadActivation::Identity,
+            &opts(HeadActivation::Identity),
         );
         let got = to_i64(predictions);
         assert!(

@@ -14,7 +14,7 @@ fn streamed_path_matches_the_reference_and_the_stages() {
         );
         let context = format!("streamed B={b} I={i} C={c} chunk elements={elements}");
         let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-        let stages = chunked(elements, || run_stages(x, w, bias, labels, 1.0));
+        let stages = run_stages(x, w, bias, labels, 1.0);
         for (against, want) in [
             ("the reference", reference_stages(&data, 1.0)),
             ("the stages", stages),
@@ -97,13 +97,9 @@ fn streamed_gradients_add_to_another_loss() {
     let data = HeadData::random(43, 19, 11, 50);
     let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
-    let grads = chunked(50 * 3, || {
-        beside_another_loss(
-            linear_relu_cross_entropy(x.clone(), w.clone(), b.clone(), labels),
-            w.clone(),
-        )
-        .backward()
-    });
+    let options = chunks(HeadPrecision::Exact, 50 * 3);
+    let loss = fused_linear_cross_entropy(x.clone(), w.clone(), Some(b.clone()), labels, &options);
+    let grads = beside_another_loss(loss, w.clone()).backward();
     let got = [
         values(x.grad(&grads).unwrap()),
         values(w.grad(&grads).unwrap()),
@@ -129,7 +125,7 @@ fn streamed_gradients_add_to_another_loss() {
     assert_gates("streamed head beside another loss", &reports);
 }
 
-/// The seed's hazards at C > 32, streamed in chunks of 3 rows: logits near 1e4 (exact in f32,
+/// The numerical hazards at C > 32, streamed in chunks of 3 rows: logits near 1e4 (exact in f32,
 /// so the test isolates the softmax), dead rows (every Z <= 0: loss ln C, no gradient),
 /// confident rows (p of the label near 1), and X and W as transposed views.
 #[test]
@@ -189,8 +185,9 @@ fn streamed_hazards_pass_the_gates() {
         stored.transpose() // strides (1, rows)
     };
     let (x, w) = (transposed_view(x), transposed_view(w));
-    let got = chunked(elements, || {
-        head_grads(x, w, b, labels, 1.0, linear_relu_cross_entropy)
+    let options = chunks(HeadPrecision::Exact, elements);
+    let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
+        fused_linear_cross_entropy(x, w, Some(b), l, &options)
     });
     assert_grads("streamed, transposed views", &got, &stock_grads(&data, 1.0));
 }
@@ -201,8 +198,8 @@ fn streamed_hazards_pass_the_gates() {
 fn the_tf32_gate_fails_gradients_off_by_five_percent() {
     let data = HeadData::random(67, 64, 72, 40);
     let want = reference_stages(&data, 1.0);
-    let slack = burn_fused_head::gates::tf32_slack(&data, 1.0);
-    use burn_fused_head::gates::gate_with_slack;
+    let slack = burn_fused_head_testing::gates::tf32_slack(&data, 1.0);
+    use burn_fused_head_testing::gates::gate_with_slack;
     for (name, v, s) in [
         ("dX", &want.dx, &slack.dx),
         ("dW", &want.dw, &slack.dw),
@@ -250,9 +247,8 @@ fn identity_streamed_path_matches_the_reference() {
         );
     }
     let data = HeadData::random(960, 37, 29, 70);
-    chunked(70 * 5, || {
-        check_identity_autodiff::<Autodiff<B>>(device, &data, -1.5, "identity streamed autodiff")
-    });
+    let context = "identity streamed autodiff";
+    check_identity_autodiff::<Autodiff<B>>(device, &data, -1.5, context, 70 * 5);
 }
 
 /// The predictions of the streamed path's row kernel over the chunk switches of [`SHAPES`]
@@ -268,17 +264,16 @@ fn streamed_predictions_are_the_argmax_of_h() {
                 "streamed predictions {activation:?} B={b} I={i} C={c} chunk elements={elements}"
             );
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
-            let (loss, predictions, plain) = chunked(elements, || {
-                let (loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
-                    x.clone(),
-                    w.clone(),
-                    bias.clone(),
-                    labels.clone(),
-                    activation,
-                );
-                let plain = linear_relu_cross_entropy_with(x, w, bias, labels.clone(), activation);
-                (values(loss), predictions, values(plain))
-            });
+            let options = chunks(activation, elements);
+            let (loss, predictions) = fused_linear_cross_entropy_and_predictions(
+                x.clone(),
+                w.clone(),
+                Some(bias.clone()),
+                labels.clone(),
+                &options,
+            );
+            let plain = fused_linear_cross_entropy(x, w, Some(bias), labels.clone(), &options);
+            let (loss, plain) = (values(loss), values(plain));
             assert_eq!(loss, plain, "{context}: loss");
             assert_eq!(predictions.dtype(), labels.dtype(), "{context}: dtype");
             let want = reference_stages_with(&data, 1.0, activation).h;

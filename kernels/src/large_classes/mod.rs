@@ -7,10 +7,10 @@
 //! - [`forward`]: stage 1 on either product, with the bias and activation on the way out, and the
 //!   bias and activation after a product computed elsewhere.
 //! - [`rows`]: the per-row softmax cross-entropy, the masked gradient and the bias gradient.
-//! - [`chunks`]: the streamed path's row and column kernels, in place on a chunk of rows.
+//! - [`streamed`]: the streamed path's row and column kernels, in place on a chunk of rows.
 
-pub mod chunks;
 pub mod forward;
 pub mod matmul;
 pub mod rows;
+pub mod streamed;
 pub mod tf32_matmul;

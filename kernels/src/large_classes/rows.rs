@@ -1,7 +1,7 @@
 //! The large-C fast path's per-row and per-column kernels around the three products: the
 //! softmax cross-entropy of each row of H, the masked gradient dZ, and the bias gradient.
 //!
-//! Each is the fast path's own launch of a helper shared with the reference stages (which the
+//! Each is the fast path's own launch of a helper shared with the stage kernels (which the
 //! fast path never launches): [`softmax_cross_entropy_row`] (the algebra of
 //! [`crate::softmax_ce`]), [`activation_grad`] and [`column_sum`]. So the fast path computes the same
 //! values, term by term, as stages 2, 3 and 5, and every access is guarded: the host launches

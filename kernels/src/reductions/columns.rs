@@ -1,5 +1,5 @@
 //! Column sums of a [B, C] matrix, one cube per column: `out[c] = sum_r t[r, c]`, the bias
-//! gradient `db = column_sum(dZ)` of the reference stage 5 and of the large-C backward.
+//! gradient `db = column_sum(dZ)` of stage 5 (the stage kernels) and of the large-C backward.
 //!
 //! Each unit sums a strided slice of the column, then a tree in shared memory adds the partials
 //! in a fixed order (no atomics, same bits every run). With B = 0 each cube writes 0, the sum

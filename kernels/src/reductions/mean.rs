@@ -1,7 +1,7 @@
 //! The batch mean of the losses: `loss = sum_k parts[k] / B`.
 //!
 //! parts [K], out [1]: the per-row losses (K = B, stage 2's or the large-C rows' output), or
-//! the per-cube sums of the small-C forwards. Shared by the reference pipeline and the fast path. One cube: strided partials (`strided_sum`), then a fixed-order tree, so the
+//! the per-cube sums of the small-C forwards. Shared by the stage kernels and the fast path. One cube: strided partials (`strided_sum`), then a fixed-order tree, so the
 //! mean is the same bits on every run. With B = 0 the sum is 0 and the mean 0/0 = NaN, as
 //! PyTorch's mean over nothing. A NaN row (invalid label, NaN input) makes the mean NaN.
 //! Every read is guarded, so the host launches it without bound checks.

@@ -3,7 +3,7 @@
 //!
 //! For each chunk of rows (in order, sized by [`chunk_rows`]):
 //! 1. `P = X[rows] W^T` into one chunk buffer `[rows, C]`;
-//! 2. one cube per row (`kernels::large_classes::chunks::chunk_rows`): `Z = P + b`,
+//! 2. one cube per row (`kernels::large_classes::streamed::streamed_rows`): `Z = P + b`,
 //!    `H = act(Z)`, the row's loss, and `dZ = act'(Z) (softmax(H) - onehot) / B` over P;
 //! 3. `dX[rows] = dZ W`, `dW (+)= dZ^T X[rows]` and `db (+)= column_sum(dZ)`, for the wanted
 //!    gradients only; the first chunk writes, the next ones add, in chunk order.
@@ -33,13 +33,11 @@
 //! buffer's bytes, where dX or dW is wanted) and dW and db in f32 (`4 C (I + 1)` bytes; while
 //! they are rounded at the end, their bf16 copies too).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{DType, Slice, TensorMetadata, bf16};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use burn_fused_head_kernels::large_classes::chunks as kernels;
+use burn_fused_head_kernels::large_classes::streamed as kernels;
 use cubecl::server::CubeCountSelection;
 use cubecl::{CubeCount, CubeDim};
 
@@ -63,32 +61,45 @@ const LARGE_CHUNK_ELEMENTS: usize = 96 << 20;
 /// rows by 128. Tuning, never swept.
 const ROW_MULTIPLE: usize = 128;
 
-/// A replacement for [`CHUNK_ELEMENTS`] while non-zero (see [`crate::testing`]).
-pub(crate) static CHUNK_ELEMENTS_OVERRIDE: AtomicUsize = AtomicUsize::new(0);
+/// The streamed path's peak memory, for the benchmark and the memory tests: built with the
+/// `testing` feature only, so that no production build has a process-wide hook.
+#[cfg(feature = "testing")]
+pub(crate) mod peak {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Whether [`note_memory`] records (see [`crate::testing::peak_memory`]).
-pub(crate) static RECORD_MEMORY: AtomicBool = AtomicBool::new(false);
-/// The most bytes in use that [`note_memory`] saw while recording.
-pub(crate) static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
+    /// Whether [`note`] records (see [`crate::testing::peak_memory`]).
+    pub(crate) static RECORD: AtomicBool = AtomicBool::new(false);
+    /// The most bytes in use that [`note`] saw while recording.
+    pub(crate) static BYTES: AtomicU64 = AtomicU64::new(0);
 
-/// While recording, the bytes CubeCL's pool has in use on `like`'s stream now (every live
-/// allocation: inputs, gradients, this path's buffers), kept if the most so far. Called where
-/// the path holds the most: each chunk with its buffers allocated.
-fn note_memory<R: CubeRuntime>(like: &CubeTensor<R>) {
-    if RECORD_MEMORY.load(Ordering::Relaxed)
-        && let Ok(usage) = like.client.memory_usage()
-    {
-        PEAK_BYTES.fetch_max(usage.bytes_in_use, Ordering::Relaxed);
+    /// While recording, the bytes CubeCL's pool has in use on `like`'s stream now (every live
+    /// allocation: inputs, gradients, this path's buffers), kept if the most so far.
+    pub(super) fn note<R: burn_cubecl::CubeRuntime>(like: &burn_cubecl::tensor::CubeTensor<R>) {
+        if RECORD.load(Ordering::Relaxed)
+            && let Ok(usage) = like.client.memory_usage()
+        {
+            BYTES.fetch_max(usage.bytes_in_use, Ordering::Relaxed);
+        }
     }
 }
 
-/// Rows per chunk for a batch of `batch` rows and C = `classes`: a rule of the shape alone, so
-/// the same inputs give the same bits on every call.
-pub(crate) fn chunk_rows(batch: usize, classes: usize) -> usize {
-    let budget = match CHUNK_ELEMENTS_OVERRIDE.load(Ordering::Relaxed) {
-        0 if classes >= LARGE_VOCABULARY => LARGE_CHUNK_ELEMENTS,
-        0 => CHUNK_ELEMENTS,
-        n => n,
+/// Where the path holds the most (each chunk with its buffers allocated): the peak memory's
+/// measure with the `testing` feature, nothing without.
+fn note_memory<R: CubeRuntime>(like: &CubeTensor<R>) {
+    #[cfg(feature = "testing")]
+    peak::note(like);
+    #[cfg(not(feature = "testing"))]
+    let _ = like;
+}
+
+/// Rows per chunk for a batch of `batch` rows and C = `classes`, with at most
+/// `chunk_elements` elements per chunk where given (else the path's rule): a rule of the shape
+/// and the options alone, so the same inputs give the same bits on every call.
+pub(crate) fn chunk_rows(batch: usize, classes: usize, chunk_elements: Option<usize>) -> usize {
+    let budget = match chunk_elements {
+        None if classes >= LARGE_VOCABULARY => LARGE_CHUNK_ELEMENTS,
+        None => CHUNK_ELEMENTS,
+        Some(n) => n.max(1),
     };
     let fit = (budget / classes.max(1)).max(1);
     let rows = if fit >= ROW_MULTIPLE {
@@ -97,6 +108,17 @@ pub(crate) fn chunk_rows(batch: usize, classes: usize) -> usize {
         fit
     };
     rows.min(batch).max(1)
+}
+
+/// How one call of the path computes: the product precision, the activation, the chunk budget.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Settings {
+    /// TF32 tensor cores for the products (f32 inputs on a device that has them).
+    pub tf32: bool,
+    /// ReLU (true) or the identity on the logits.
+    pub relu: bool,
+    /// See [`chunk_rows`].
+    pub chunk_elements: Option<usize>,
 }
 
 /// The loss `[1]`, the gradients and (where asked for) the predictions `[B]` of one call.
@@ -134,11 +156,15 @@ pub(super) fn loss_and_gradients<
     op: &str,
     [x, weight, bias, labels]: [CubeTensor<R>; 4],
     wanted: HeadWanted,
-    tf32: bool,
-    relu: bool,
+    settings: Settings,
     predict: bool,
     row_weights: Option<CubeTensor<R>>,
 ) -> LossAndGradients<R, F, I, BT> {
+    let Settings {
+        tf32,
+        relu,
+        chunk_elements,
+    } = settings;
     let (x, weight, bias, labels) = (
         contiguous(x),
         contiguous(weight),
@@ -147,7 +173,7 @@ pub(super) fn loss_and_gradients<
     );
     let [batch, inputs] = [x.shape()[0], x.shape()[1]];
     let classes = weight.shape()[0];
-    let rows = chunk_rows(batch, classes);
+    let rows = chunk_rows(batch, classes, chunk_elements);
     let dtype = x.dtype;
     let half = dtype != DType::F32;
     let sums = DType::F32;
@@ -347,7 +373,7 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     // with `half`, dz_half holds n x C elements; with `weighted`, the row weights are [B] f32
     // (checked by the caller) and contiguous.
     unsafe {
-        kernels::chunk_rows::launch_unchecked::<f32, E, L, R>(
+        kernels::streamed_rows::launch_unchecked::<f32, E, L, R>(
             &p.client,
             count,
             CubeDim::new_1d(CUBE_UNITS),
@@ -379,7 +405,7 @@ fn column_sums<R: CubeRuntime, F: FloatElement>(
     let count = cube_count(dz, dz.shape()[1]);
     // SAFETY: the kernel guards every access by dZ's shape; dZ is contiguous, db is [C].
     unsafe {
-        kernels::chunk_column_sums::launch_unchecked::<F, R>(
+        kernels::streamed_column_sums::launch_unchecked::<F, R>(
             &dz.client,
             count,
             CubeDim::new_1d(CUBE_UNITS),

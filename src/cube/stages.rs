@@ -1,4 +1,4 @@
-//! Host launches of the six reference stage kernels (`kernels::reference`): what the trait's
+//! Host launches of the six stage kernels (`kernels::stages`): what the trait's
 //! stage methods run on the CubeCL backends. The fast path never calls these; the tests gate
 //! it against them.
 //!
@@ -8,7 +8,7 @@
 use burn::tensor::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeRuntime, FloatElement, IntElement};
-use burn_fused_head_kernels::reference as stage;
+use burn_fused_head_kernels::stages as stage;
 use cubecl::CubeDim;
 use cubecl::server::CubeCountSelection;
 

@@ -1,4 +1,4 @@
-//! The six stages of the head, one naive kernel each: the readable reference.
+//! The six stages of the head, one naive kernel each: the readable model.
 //!
 //! The tests gate these kernels against the f64 reference (stock Burn ops on NdArray) and gate
 //! the fast path against them on the same backend. The fast path never launches them: editing

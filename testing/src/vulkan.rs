@@ -3,9 +3,8 @@
 //! The `wgpu` feature runs the kernels through Vulkan. On a machine without a GPU, wgpu needs
 //! Mesa's software driver (lavapipe): `apt-get install -y mesa-vulkan-drivers libvulkan1`.
 //! Without any driver, Burn's wgpu device panics deep inside its adapter selection with a
-//! message that does not name the fix; [`device`] checks first.
-
-use burn::backend::wgpu::WgpuDevice;
+//! message that does not name the fix; the tests call [`require_driver`] before they make
+//! their wgpu device.
 
 /// Where the Vulkan loader looks for driver manifests on Linux, besides `$XDG_DATA_DIRS` and
 /// `$XDG_CONFIG_DIRS`.
@@ -72,13 +71,10 @@ pub fn driver_found() -> Result<(), String> {
     }
 }
 
-/// The default wgpu device, after [`driver_found`].
-///
-/// # Panics
-/// Where no Vulkan driver is installed, with the command that installs one.
-pub fn device() -> WgpuDevice {
+/// Panics where no Vulkan driver is installed, with the command that installs one (see
+/// [`driver_found`]).
+pub fn require_driver() {
     if let Err(why) = driver_found() {
         panic!("=== burn-fused-head error ===\n  Operation: 'wgpu device'\n  Reason: {why}");
     }
-    WgpuDevice::default()
 }

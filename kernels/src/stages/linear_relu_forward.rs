@@ -5,7 +5,7 @@
 //! Z is kept because backward takes the ReLU mask from Z, not from H.
 //!
 //! One unit per output element, linear index `r * C + c`. Naive on purpose: this is the
-//! readable reference for the fused variants.
+//! readable model for the fused variants.
 
 use cubecl::{cube, prelude::*};
 

@@ -2,8 +2,8 @@
 //! the CubeCL pool has reserved (its pages), for our op or Burn's stock head. Two steps, with a
 //! pool cleanup after the first, as the benchmark's memory column does.
 //!
-//!   cargo run --release --features cuda --bin memory -- ours 4096 512 10
-//!   cargo run --release --features wgpu --bin memory -- stock 4096 512 10
+//!   cargo run --release -p burn-fused-head-testing --features cuda --bin memory -- ours 4096 512 10
+//!   cargo run --release -p burn-fused-head-testing --features wgpu --bin memory -- stock 4096 512 10
 //!
 //! Runs on the raw `CubeBackend` of CUDA with `--features cuda`, else of wgpu (the CPU device
 //! over lavapipe without a GPU). Needs `cuda` or `wgpu`.
@@ -14,8 +14,8 @@ fn main() {
     use burn::tensor::DType;
     use burn::tensor::backend::Backend;
     use burn_cubecl::CubeBackend;
-    use burn_fused_head::linear_relu_cross_entropy;
-    use burn_fused_head::reference::{HeadData, stock_head_loss};
+    use burn_fused_head::{HeadActivation, HeadOptions, fused_linear_cross_entropy};
+    use burn_fused_head_testing::reference::{HeadData, stock_head_loss};
     use cubecl::Runtime;
     #[cfg(feature = "cuda")]
     use cubecl::cuda::{CudaDevice as Device, CudaRuntime as Rt};
@@ -46,12 +46,12 @@ fn main() {
         let (x, w, b, labels) = data.tensors::<B>(&device, DType::F32);
         let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
         show("inputs");
-        let head = if ours {
-            linear_relu_cross_entropy::<B, 2, 1>
+        let loss = if ours {
+            let options = HeadOptions::new().with_activation(HeadActivation::Relu);
+            fused_linear_cross_entropy(x.clone(), w.clone(), Some(b.clone()), labels, &options)
         } else {
-            stock_head_loss::<B>
+            stock_head_loss::<B>(x.clone(), w.clone(), b.clone(), labels)
         };
-        let loss = head(x.clone(), w.clone(), b.clone(), labels);
         show("forward");
         let grads = loss.backward();
         let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));

@@ -1,7 +1,7 @@
 //! A few training steps of the op at one shape, nothing else: the program to put under a
 //! profiler (Nsight Compute: `ncu --section SpeedOfLight ...`).
 //!
-//!   cargo run --release --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
+//!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
 //!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
@@ -11,17 +11,17 @@
 //! and backward's times as CubeCL's `profile` measures them. `--tf32` and `--identity` set the
 //! op's precision and activation (exact and ReLU by default). `--bf16` runs on bf16 tensors
 //! (`CubeBackend<CudaRuntime, bf16, ..>`, or `Cuda<bf16>` with `--fusion`). `--chunk N` sets
-//! the streamed path's chunk budget to N elements (`testing::with_chunk_elements`; the crate's
+//! the streamed path's chunk budget to N elements (`HeadOptions::chunk_elements`; the path's
 //! rule otherwise).
 
 use std::time::Instant;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
-use burn_fused_head::reference::HeadData;
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, linear_relu_cross_entropy_with,
+    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, fused_linear_cross_entropy,
 };
+use burn_fused_head_testing::reference::HeadData;
 
 /// Whether `--flag` is on the command line.
 fn flag(name: &str) -> bool {
@@ -42,14 +42,16 @@ fn head<B: FusedHeadBackend>(
     b: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
 ) -> Tensor<B, 1> {
-    let mut options = HeadOptions::new();
+    let mut options = HeadOptions::new()
+        .with_activation(HeadActivation::Relu)
+        .with_chunk_elements(chunk_elements());
     if flag("--tf32") {
         options = options.with_precision(HeadPrecision::Tf32);
     }
     if flag("--identity") {
         options = options.with_activation(HeadActivation::Identity);
     }
-    linear_relu_cross_entropy_with(x, w, b, labels, options)
+    fused_linear_cross_entropy(x, w, Some(b), labels, &options)
 }
 
 /// B, I, C and steps from the command line: (64, 128, 10) and 1 step by default.
@@ -73,13 +75,9 @@ fn command_line() -> (usize, usize, usize, usize) {
     (batch, inputs, classes, args.get(3).copied().unwrap_or(1))
 }
 
-/// `steps` synced training steps of the op on B, I, C from the command line, with the chunk
-/// budget of `--chunk` where given.
+/// `steps` synced training steps of the op on B, I, C from the command line.
 fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
-    match chunk_elements() {
-        Some(n) => burn_fused_head::testing::with_chunk_elements(n, || steps::<B>(device)),
-        None => steps::<B>(device),
-    }
+    steps::<B>(device)
 }
 
 /// The float dtype of `B`'s tensors here: its float element's.

@@ -1,21 +1,22 @@
-//! The seed's gates: every element of every stage's output against an independent reference,
+//! The gates: every element of every stage's output against an independent reference,
 //! `|got - ref| <= 2e-5 + 2e-4 * |ref|`.
 //!
-//! The mixed bound follows the seed: a pure relative bound fails near zero, a pure absolute one
-//! grows too loose with magnitude. What remains is ordinary float ordering (the kernels
-//! accumulate in f32, the reference in f64).
+//! A mixed bound: a pure relative bound fails near zero, a pure absolute one grows too loose
+//! with magnitude. What remains is ordinary float ordering (the kernels accumulate in f32, the
+//! reference in f64).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use crate::backend::{FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision};
+use burn_fused_head::backend::{HeadWanted, KernelOptions};
+use burn_fused_head::{FusedHeadBackend, HeadActivation, HeadPrecision};
 
 /// Absolute part of the gate.
 pub const ABS_TOL: f64 = 2e-5;
 /// Relative part of the gate.
 pub const REL_TOL: f64 = 2e-4;
 
-/// The names of the eight gates, in the seed's order.
+/// The names of the eight gates, in the order of the pass.
 pub const GATE_NAMES: [&str; 8] = ["Z", "H", "loss", "dH", "dZ", "dW", "db", "dX"];
 
 /// Whether one element passes: within the bound, or both NaN, or both the same infinity
@@ -103,7 +104,7 @@ pub fn gate(name: &str, got: &[f64], want: &[f64]) -> GateReport {
     report
 }
 
-/// [`gate`] with a per-element allowance added to the seed's bound:
+/// [`gate`] with a per-element allowance added to the gate's bound:
 /// `|got - ref| <= 2e-5 + 2e-4 |ref| + slack[i]` (NaN and infinities as in [`within`]).
 pub fn gate_with_slack(name: &str, got: &[f64], want: &[f64], slack: &[f64]) -> GateReport {
     assert_eq!(
@@ -138,7 +139,7 @@ pub const TF32_OPERAND_ERROR: f64 = 1.0 / 1024.0;
 ///
 /// Derived from the format, for operands rounded with relative error at most
 /// `u` = [`TF32_OPERAND_ERROR`] and products accumulated in f32, all quantities in f64 from the
-/// exact forward pass. The f32 accumulation's own error is left to the seed's bound, as for the
+/// exact forward pass. The f32 accumulation's own error is left to the gate's bound, as for the
 /// exact path: it is not proportional to `|ref|` (it grows like `K 2^-24 sum |a b|`), so an
 /// output with heavy cancellation over a long K could exceed it; the exact path's gates have
 /// not met one.
@@ -237,7 +238,7 @@ pub fn half_roundoff(dtype: DType) -> Option<(f64, f64)> {
 /// Derived from the format, with `u` and `eta` of [`half_roundoff`] (a value `v` rounds to
 /// within `u |v| + eta`). The products multiply half values, which is exact in f32, and
 /// accumulate in f32 (on tensor cores natively, whose accumulation order and alignment of
-/// partial sums are NVIDIA's: like the exact path's f32 sums, its error is left to the seed's
+/// partial sums are NVIDIA's: like the exact path's f32 sums, its error is left to the gate's
 /// bound, which grows like `K 2^-24 sum |a b|` and has held); the loss, the softmax and dZ are
 /// f32. What the half type adds:
 /// - dZ is rounded before it is an operand of the dX and dW products (the native path's dZ
@@ -389,7 +390,7 @@ pub fn run_stages<B: FusedHeadBackend>(
 }
 
 /// [`run_stages`] (exact), [`run_stages_tf32`] (TF32) or their identity-activation versions,
-/// as `options` say. With [`HeadActivation::Identity`], H is Z and stage 3 is `dZ = dH g`
+/// as `kernels` say. With [`HeadActivation::Identity`], H is Z and stage 3 is `dZ = dH g`
 /// (stock ops); every other stage is the same.
 pub fn run_stages_with<B: FusedHeadBackend>(
     x: Tensor<B, 2>,
@@ -397,11 +398,10 @@ pub fn run_stages_with<B: FusedHeadBackend>(
     bias: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
-    options: impl Into<HeadOptions>,
+    kernels: KernelOptions,
 ) -> StageOutputs {
-    let options = options.into();
-    let tf32 = (options.precision == HeadPrecision::Tf32).then_some(round_tf32 as fn(f64) -> f64);
-    let relu = options.activation == HeadActivation::Relu;
+    let tf32 = (kernels.precision == HeadPrecision::Tf32).then_some(round_tf32 as fn(f64) -> f64);
+    let relu = kernels.activation == HeadActivation::Relu;
     stages::<B>(
         "run_stages_with",
         x,
@@ -417,8 +417,8 @@ pub fn run_stages_with<B: FusedHeadBackend>(
 /// [`run_stages`] with TF32's rounding emulated: each operand of the three products (X and W in
 /// stage 1; dZ, X and W in stages 4 and 6) is rounded with [`round_tf32`] before the product,
 /// which then runs in `B`'s precision. Run on `NdArray<f64>`, this is the reference of
-/// [`HeadPrecision::Tf32`](crate::HeadPrecision): TF32 tensor cores multiply the rounded values
-/// exactly and accumulate in f32, so the seed's gates apply to them against it unchanged. The
+/// [`HeadPrecision::Tf32`]: TF32 tensor cores multiply the rounded values
+/// exactly and accumulate in f32, so the gates apply to them against it unchanged. The
 /// bias, the softmax cross-entropy and db see unrounded values, as in the kernels.
 pub fn run_stages_tf32<B: FusedHeadBackend>(
     x: Tensor<B, 2>,
@@ -486,7 +486,7 @@ fn stages<B: FusedHeadBackend>(
     tf32: Option<fn(f64) -> f64>,
     relu: bool,
 ) -> StageOutputs {
-    crate::validate::head_tensors(op, &x, &weight, &bias, Some(&labels));
+    check_shapes(op, &x, &weight, &bias, &labels);
     let g = upstream_gradient(grad_loss, &x);
     let round = |t: Tensor<B, 2>| match tf32 {
         Some(rule) => tf32_rounded(t, rule),
@@ -503,7 +503,7 @@ fn stages<B: FusedHeadBackend>(
     let dz = if relu {
         B::head_relu_backward(z.clone(), dh.clone(), g)
     } else {
-        crate::backend::scaled::<B>(dh.clone(), g)
+        scaled::<B>(dh.clone(), g)
     };
     // dZ as the operand of dW and dX (db sums it unrounded, as the kernels do).
     let dz_operand = round(Tensor::from_primitive(TensorPrimitive::Float(dz.clone())))
@@ -598,18 +598,17 @@ impl FastOutputs {
 }
 
 /// Runs the fast path on `B` (`head_forward`, then `head_backward` with every gradient wanted)
-/// with upstream gradient `grad_loss` and `options` (a [`HeadPrecision`], a
-/// [`HeadActivation`] or both), and reads every output back as f64.
+/// with upstream gradient `grad_loss` and `kernels` (the precision and the activation), and
+/// reads every output back as f64.
 pub fn run_fast_path<B: FusedHeadBackend>(
     x: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     bias: Tensor<B, 1>,
     labels: Tensor<B, 1, Int>,
     grad_loss: f64,
-    options: impl Into<HeadOptions>,
+    kernels: KernelOptions,
 ) -> FastOutputs {
-    let options = options.into();
-    crate::validate::head_tensors("run_fast_path", &x, &weight, &bias, Some(&labels));
+    check_shapes("run_fast_path", &x, &weight, &bias, &labels);
     let g = upstream_gradient(grad_loss, &x);
     let x = x.into_primitive().tensor(); // [B, I]
     let weight = weight.into_primitive().tensor(); // [C, I]
@@ -618,7 +617,7 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         weight.clone(),
         bias.into_primitive().tensor(),
         labels.into_primitive(),
-        options,
+        kernels,
     );
     let grads = B::head_backward(
         x,
@@ -626,8 +625,8 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         fwd.z.clone(),
         fwd.dh.clone(),
         g.into_primitive().tensor(),
-        crate::backend::HeadWanted::ALL,
-        options,
+        HeadWanted::ALL,
+        kernels,
     );
     let wanted = |t: Option<burn::tensor::ops::FloatTensor<B>>| read::<B>(t.expect("wanted"));
     FastOutputs {
@@ -638,6 +637,39 @@ pub fn run_fast_path<B: FusedHeadBackend>(
         dx: wanted(grads.x),
         loss: read::<B>(fwd.loss)[0],
     }
+}
+
+/// Panics, naming `op`, where X `[B, I]`, W `[C, I]`, b `[C]` and the targets `[B]` do not
+/// fit together (the stage methods take them as given).
+fn check_shapes<B: Backend>(
+    op: &str,
+    x: &Tensor<B, 2>,
+    weight: &Tensor<B, 2>,
+    bias: &Tensor<B, 1>,
+    targets: &Tensor<B, 1, Int>,
+) {
+    let ([batch, inputs], [classes, w_inputs]) = (x.dims(), weight.dims());
+    assert!(
+        inputs == w_inputs && bias.dims() == [classes] && targets.dims() == [batch],
+        "{op}: X {:?}, W {:?}, b {:?} and targets {:?} must be [B, I], [C, I], [C] and [B]",
+        x.dims(),
+        weight.dims(),
+        bias.dims(),
+        targets.dims()
+    );
+}
+
+/// `dH g` `[B, C]` (the identity's stage 3), g `[1]` the upstream gradient: stock ops.
+fn scaled<B: Backend>(
+    dh: burn::tensor::ops::FloatTensor<B>,
+    grad_loss: burn::tensor::ops::FloatTensor<B>,
+) -> burn::tensor::ops::FloatTensor<B> {
+    let dh = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(dh)); // [B, C]
+    if dh.shape().num_elements() == 0 {
+        return dh.into_primitive().tensor(); // [0, C]: broadcasting against g would make it [1, C]
+    }
+    let g = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad_loss)).unsqueeze_dim::<2>(0); // [1, 1]
+    (dh * g).into_primitive().tensor()
 }
 
 #[cfg(test)]

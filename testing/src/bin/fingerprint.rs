@@ -3,20 +3,19 @@
 //! every backend of the build. Two builds that print the same lines compute the same bits; a
 //! restructuring that must not change behaviour is checked by diffing their output.
 //!
-//!   cargo run --release --features cuda --bin fingerprint > after.txt   # Cuda, fusion on and off
-//!   cargo run --release --features wgpu --bin fingerprint               # wgpu (lavapipe: slow)
+//!   cargo run --release -p burn-fused-head-testing --features cuda --bin fingerprint > after.txt
+//!   cargo run --release -p burn-fused-head-testing --features wgpu --bin fingerprint  # slow
 //!
 //! Without `cuda` or `wgpu` it fingerprints NdArray (the stock-op bodies).
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
-use burn_fused_head::gates::{run_stages, values};
-use burn_fused_head::reference::HeadData;
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, HeadLoss, HeadOptions, HeadPrecision, HeadReduction,
-    linear_relu_cross_entropy_and_predictions_with, linear_relu_cross_entropy_loss,
-    linear_relu_cross_entropy_with, linear_relu_logits_with,
+    FusedHeadBackend, FusedLinearCrossEntropy, HeadActivation, HeadOptions, HeadPrecision,
+    HeadReduction, fused_linear_cross_entropy, fused_linear_cross_entropy_and_predictions,
 };
+use burn_fused_head_testing::gates::{run_stages, values};
+use burn_fused_head_testing::reference::HeadData;
 
 /// (B, I, C) across the switches: the small-C planes (with the one-cube mean, several cubes,
 /// 2 and 1 rows per plane), the row tiles (from B = 16384), the backward's chunks and stages
@@ -66,12 +65,12 @@ where
             // The training step, every input tracked, upstream gradient 0.75.
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
             let (x, w, bias) = (x.require_grad(), w.require_grad(), bias.require_grad());
-            let loss = linear_relu_cross_entropy_with(
+            let loss = fused_linear_cross_entropy(
                 x.clone(),
                 w.clone(),
-                bias.clone(),
+                Some(bias.clone()),
                 labels.clone(),
-                precision,
+                &relu(precision),
             );
             let grads = (loss.clone() * 0.75).backward();
             let grad = |t: Option<Tensor<B::InnerBackend, 2>>| hash(&values(t.expect("tracked")));
@@ -85,7 +84,8 @@ where
             // W alone tracked: the backward without dX or db.
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::F32);
             let w = w.require_grad();
-            let loss = linear_relu_cross_entropy_with(x, w.clone(), bias, labels, precision);
+            let loss =
+                fused_linear_cross_entropy(x, w.clone(), Some(bias), labels, &relu(precision));
             let grads = loss.backward();
             println!(
                 "{name} {precision:?} weight-only dw {}",
@@ -93,10 +93,10 @@ where
             );
             // The logits on the inner backend.
             let (x, w, bias, _) = data.tensors::<B::InnerBackend>(device, DType::F32);
-            let h = linear_relu_logits_with(x, w, bias, precision);
+            let h = logits(x, w, bias, relu(precision));
             println!("{name} {precision:?} logits {}", hash(&values(h)));
         }
-        // The six stages (the reference kernels), upstream gradient -1.5.
+        // The six stages (the stage kernels), upstream gradient -1.5.
         let (x, w, bias, labels) = data.tensors::<B::InnerBackend>(device, DType::F32);
         let s = run_stages(x, w, bias, labels, -1.5);
         println!(
@@ -159,12 +159,12 @@ where
                 .with_activation(HeadActivation::Identity);
             // The identity's step, upstream gradient 0.75, and its logits.
             let (x, w, bias, labels) = tracked();
-            let loss = linear_relu_cross_entropy_with(
+            let loss = fused_linear_cross_entropy(
                 x.clone(),
                 w.clone(),
-                bias.clone(),
+                Some(bias.clone()),
                 labels,
-                identity,
+                &identity,
             );
             let g = (loss.clone() * 0.75).backward();
             let grads = grads_of(&x, &w, &bias, &g);
@@ -173,7 +173,7 @@ where
                 hash(&values(loss))
             );
             let (x, w, bias, _) = data.tensors::<B::InnerBackend>(device, DType::F32);
-            let h = linear_relu_logits_with(x, w, bias, identity);
+            let h = logits(x, w, bias, identity.clone());
             println!("{name} {precision:?} identity logits {}", hash(&values(h)));
             // The loss and the predictions, tracked (ReLU and identity).
             for activation in [HeadActivation::Relu, HeadActivation::Identity] {
@@ -181,12 +181,12 @@ where
                     .with_precision(precision)
                     .with_activation(activation);
                 let (x, w, bias, labels) = tracked();
-                let (loss, predictions) = linear_relu_cross_entropy_and_predictions_with(
+                let (loss, predictions) = fused_linear_cross_entropy_and_predictions(
                     x.clone(),
                     w.clone(),
-                    bias.clone(),
+                    Some(bias.clone()),
                     labels,
-                    options,
+                    &options,
                 );
                 let g = loss.clone().backward();
                 let predictions: Vec<f64> = predictions
@@ -207,36 +207,37 @@ where
             let cases = [
                 (
                     "ignore-weights-mean",
-                    HeadLoss::new()
+                    HeadOptions::new()
                         .with_ignore_index(Some(data.labels[0]))
-                        .with_weights(Some(weights.clone())),
+                        .with_class_weights(Some(weights.clone())),
                 ),
                 (
                     "smoothing-sum",
-                    HeadLoss::new()
+                    HeadOptions::new()
                         .with_smoothing(Some(0.1))
                         .with_reduction(HeadReduction::Sum),
                 ),
                 (
                     "pad-none",
-                    HeadLoss::new()
+                    HeadOptions::new()
                         .with_pad_tokens(Some(vec![data.labels[b - 1] as usize]))
                         .with_reduction(HeadReduction::None),
                 ),
             ];
             for (case, loss_options) in cases {
                 for activation in [HeadActivation::Relu, HeadActivation::Identity] {
-                    let options = HeadOptions::new()
-                        .with_precision(precision)
-                        .with_activation(activation);
+                    let options = HeadOptions {
+                        activation,
+                        precision,
+                        ..loss_options.clone()
+                    };
                     let (x, w, bias, labels) = tracked();
-                    let out = linear_relu_cross_entropy_loss(
+                    let out = fused_linear_cross_entropy(
                         x.clone(),
                         w.clone(),
-                        bias.clone(),
+                        Some(bias.clone()),
                         labels,
-                        &loss_options,
-                        options,
+                        &options,
                     );
                     let n = out.dims()[0];
                     let upstream: Vec<f32> = (0..n).map(|r| 0.5 + (r % 4) as f32 * 0.25).collect();
@@ -255,15 +256,9 @@ where
         }
         // A chunk budget of 1000 elements: chunks of a few rows.
         let (x, w, bias, labels) = tracked();
-        let loss = burn_fused_head::testing::with_chunk_elements(1000, || {
-            linear_relu_cross_entropy_with(
-                x.clone(),
-                w.clone(),
-                bias.clone(),
-                labels,
-                HeadOptions::new(),
-            )
-        });
+        let chunks = relu(HeadPrecision::Exact).with_chunk_elements(Some(1000));
+        let loss =
+            fused_linear_cross_entropy(x.clone(), w.clone(), Some(bias.clone()), labels, &chunks);
         let g = loss.clone().backward();
         println!(
             "{name} chunks-1000 loss {} {}",
@@ -281,12 +276,12 @@ fn run_bf16<B: AutodiffBackend + FusedHeadBackend>(backend: &str, device: &B::De
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
             let (x, w, bias, labels) = data.tensors::<B>(device, DType::BF16);
             let (x, w, bias) = (x.require_grad(), w.require_grad(), bias.require_grad());
-            let loss = linear_relu_cross_entropy_with(
+            let loss = fused_linear_cross_entropy(
                 x.clone(),
                 w.clone(),
-                bias.clone(),
+                Some(bias.clone()),
                 labels,
-                activation,
+                &HeadOptions::new().with_activation(activation),
             );
             let g = loss.clone().backward();
             println!(
@@ -298,6 +293,29 @@ fn run_bf16<B: AutodiffBackend + FusedHeadBackend>(backend: &str, device: &B::De
             );
         }
     }
+}
+
+/// The ReLU head's options with `precision`.
+fn relu(precision: HeadPrecision) -> HeadOptions {
+    HeadOptions::new()
+        .with_activation(HeadActivation::Relu)
+        .with_precision(precision)
+}
+
+/// The head's logits under `options` (the module's `forward`, on a head made from W and b).
+fn logits<B: FusedHeadBackend>(
+    x: Tensor<B, 2>,
+    w: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+    options: HeadOptions,
+) -> Tensor<B, 2> {
+    use burn::module::Param;
+    let head = FusedLinearCrossEntropy {
+        weight: Param::from_tensor(w),
+        bias: Some(Param::from_tensor(b)),
+        options,
+    };
+    head.forward(x)
 }
 
 fn main() {
@@ -317,7 +335,8 @@ fn main() {
     #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
     {
         use burn::backend::{Autodiff, Vulkan};
-        let device = burn_fused_head::vulkan::device();
+        burn_fused_head_testing::vulkan::require_driver();
+        let device = burn::backend::wgpu::WgpuDevice::default();
         run::<Autodiff<Vulkan>>("Vulkan", &device);
         run_options::<Autodiff<Vulkan>>("Vulkan", &device);
         return;

@@ -1,12 +1,12 @@
 //! The streamed large-C path's kernels: what runs on one chunk of rows between its products,
 //! in place on the chunk's product `P = X[rows] W^T` (no [B, C] tensor exists on this path).
 //!
-//! - [`chunk_rows`]: per row, `Z = P + b`, `H = act(Z)`, the loss (the algebra of
+//! - [`streamed_rows`]: per row, `Z = P + b`, `H = act(Z)`, the loss (the algebra of
 //!   [`crate::softmax_ce`]) and `dZ = act'(Z) (softmax(H) - onehot) / B` written over P: the
 //!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products. With
 //!   half-precision inputs, P is f32 and dZ is also written rounded to the inputs' type, the
 //!   operand those products take.
-//! - [`chunk_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
+//! - [`streamed_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
 
 use cubecl::{cube, prelude::*};
 
@@ -37,7 +37,7 @@ use crate::softmax_ce::{checked_label, row_grad, row_loss};
 /// value, and the tree keeps the larger value, then the smaller class. Without, `predictions`
 /// is never touched.
 #[cube(launch_unchecked)]
-pub fn chunk_rows<F: Float, E: Float, L: Int>(
+pub fn streamed_rows<F: Float, E: Float, L: Int>(
     p: &mut Tensor<F>,
     bias: &Tensor<E>,
     labels: &Tensor<L>,
@@ -147,7 +147,7 @@ pub fn chunk_rows<F: Float, E: Float, L: Int>(
 /// `db[c] = column_sum(dZ)[c]` for the first chunk (`accumulate` false), `db[c] += ..` for
 /// the next ones; one cube per class of `cube_units` units, cubes past C leave.
 #[cube(launch_unchecked)]
-pub fn chunk_column_sums<F: Float>(
+pub fn streamed_column_sums<F: Float>(
     dz: &Tensor<F>,
     db: &mut Tensor<F>,
     #[comptime] accumulate: bool,

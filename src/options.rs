@@ -1,0 +1,246 @@
+//! What a user asks of the op: [`HeadOptions`], the one options value of the module and the
+//! functions, and the part of it the kernels read ([`KernelOptions`]).
+//!
+//! For a row r with target y, log-probabilities `lp = log_softmax(H[r])`, class weights w
+//! (ones without), smoothing e and C classes, the loss is PyTorch's `cross_entropy`:
+//!
+//! ```text
+//! L[r] = (1 - e) w[y] (-lp[y]) + (e / C) sum_c w[c] (-lp[c])       (0 for an ignored row)
+//! mean = sum_r L[r] / sum_r w[y_r]   (over the rows not ignored)   sum = sum_r L[r]   none = L
+//! ```
+
+/// The activation between the linear layer and the softmax: `H = act(X W^T + b)`.
+///
+/// `Identity` (the default) applies the cross-entropy to the logits `X W^T + b` themselves,
+/// as Burn's `Linear` + `CrossEntropyLoss`, PyTorch's `cross_entropy(linear(x))` and every LM
+/// head do. `Relu` puts a ReLU on the logits first. Each kernel is compiled once per
+/// activation (a compile-time choice inside it, no per-element branch).
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub enum HeadActivation {
+    /// `H = Z`; `dZ = dH`.
+    Identity,
+    /// `H = ReLU(Z)`; `dZ = dH [Z > 0]`: the subgradient at `Z = 0` is 0, and a NaN Z lets
+    /// its (NaN) gradient through. A row whose logits are all `<= 0` gets no gradient: with
+    /// this activation, a bias initialised to 1 keeps rows from starting dead
+    /// ([`FusedLinearCrossEntropyConfig::with_bias_initializer`](crate::FusedLinearCrossEntropyConfig)).
+    Relu,
+}
+
+// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
+#[allow(clippy::derivable_impls)]
+impl Default for HeadActivation {
+    fn default() -> Self {
+        Self::Identity
+    }
+}
+
+/// How the large-C products (C > 32 on the CubeCL backends) are computed.
+///
+/// A permission, as PyTorch's `allow_tf32`: where the device has no TF32 tensor cores
+/// ([`FusedHeadBackend::head_tf32_available`](crate::FusedHeadBackend::head_tf32_available)
+/// is false), on the small-C path (memory-bound, where tensor cores gain nothing), for bf16
+/// tensors and on the stock-op backends, the op runs `Exact`.
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub enum HeadPrecision {
+    /// f32 products with FMA: within `|got - ref| <= 2e-5 + 2e-4 |ref|` of the f64 reference,
+    /// element-wise.
+    Exact,
+    /// TF32 tensor cores for the three large-C products (`X W^T`, `dZ^T X`, `dZ W`): each
+    /// operand keeps 10 bits of mantissa, the products are exact and summed in f32. What is
+    /// done depends on the engine, and so does the bound that holds:
+    /// - the training step and the loss at C > 32 on CUDA run on NVIDIA's cuBLASLt, whose
+    ///   rounding of the operands is not documented (on the H200 it matched truncation, not
+    ///   rounding to nearest); the bound is the exact one plus what operands with a relative
+    ///   error of 2^-10 (truncation, the worst rule) can move each element;
+    /// - the logits, the forward and backward halves, and every product on wgpu or where
+    ///   cuBLASLt does not load run on this crate's CubeCL kernels (or cubek's), which round
+    ///   to nearest, ties to even; the bound is the exact one against an f64 reference whose
+    ///   operands are rounded the same way.
+    ///
+    /// DESIGN.md, "TF32: rounding and gate", has the derivation.
+    Tf32,
+}
+
+// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
+#[allow(clippy::derivable_impls)]
+impl Default for HeadPrecision {
+    fn default() -> Self {
+        Self::Exact
+    }
+}
+
+/// How the per-row losses become the result: PyTorch's `reduction`.
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub enum HeadReduction {
+    /// `sum_r L[r] / sum_r w[y_r]` over the rows that are not ignored (the plain mean over
+    /// those rows without class weights), `[1]`. Every row ignored gives NaN (0 / 0), as PyTorch.
+    Mean,
+    /// `sum_r L[r]`, `[1]`.
+    Sum,
+    /// `L` itself, one loss per row (0 for an ignored row), `[N]` for N rows.
+    None,
+}
+
+// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
+#[allow(clippy::derivable_impls)]
+impl Default for HeadReduction {
+    fn default() -> Self {
+        Self::Mean
+    }
+}
+
+/// The options of the op: the activation and the precision of the products, the
+/// cross-entropy options of Burn's `CrossEntropyLossConfig` and PyTorch's `cross_entropy`
+/// (with PyTorch's semantics), and the streamed path's chunk budget. The default is
+/// `Linear` + `CrossEntropyLoss`: identity, exact f32, the mean over every row.
+///
+/// ```
+/// use burn_fused_head::{HeadActivation, HeadOptions, HeadPrecision, HeadReduction};
+///
+/// let options = HeadOptions::new()
+///     .with_activation(HeadActivation::Relu)
+///     .with_precision(HeadPrecision::Tf32)
+///     .with_ignore_index(Some(-100))
+///     .with_class_weights(Some(vec![1.0, 2.0, 0.5]))
+///     .with_smoothing(Some(0.1))
+///     .with_reduction(HeadReduction::Sum);
+/// assert!(!options.is_plain());
+/// assert!(HeadOptions::new().with_activation(HeadActivation::Relu).is_plain());
+/// ```
+///
+/// An ignored row (its target is `ignore_index` or one of `pad_tokens`) has no loss and no
+/// gradient (a zero one; NaN where its own logits hold a NaN or an infinity, as PyTorch's)
+/// and is left out of the mean's denominator, as PyTorch's `ignore_index`. (Burn 0.21's own
+/// `CrossEntropyLoss` leaves pad rows in its denominator, Burn issue #5568; this crate follows
+/// PyTorch so that the loss does not depend on how much padding a batch has.)
+#[derive(burn::config::Config, Debug, PartialEq)]
+pub struct HeadOptions {
+    /// See [`HeadActivation`]. Default: the identity.
+    #[config(default = "HeadActivation::Identity")]
+    pub activation: HeadActivation,
+    /// See [`HeadPrecision`]. Default: exact f32.
+    #[config(default = "HeadPrecision::Exact")]
+    pub precision: HeadPrecision,
+    /// PyTorch's `ignore_index`: rows with this target are ignored (it may be outside
+    /// `[0, C)`, as PyTorch's usual -100). Default: none.
+    pub ignore_index: Option<i64>,
+    /// Burn's `pad_tokens`: rows whose target is one of these classes are ignored. Default:
+    /// none.
+    pub pad_tokens: Option<Vec<usize>>,
+    /// One weight per class, `[C]`, as PyTorch's `weight`: row r's loss is scaled by
+    /// `class_weights[targets[r]]` and the mean divides by the sum of those. Finite. Default:
+    /// all 1.
+    pub class_weights: Option<Vec<f32>>,
+    /// Label smoothing e in `[0, 1]`: the target distribution is `(1 - e) onehot + e / C`,
+    /// as PyTorch's `label_smoothing`. Default: none (0).
+    pub smoothing: Option<f32>,
+    /// See [`HeadReduction`]. Default: the mean.
+    #[config(default = "HeadReduction::Mean")]
+    pub reduction: HeadReduction,
+    /// The most elements of the streamed path's chunk buffer `[rows, C]` (C > 32 on the
+    /// CubeCL backends): less memory, more passes over dW. At least 1; below C, chunks of one
+    /// row. Default: the path's own rule (48 Mi elements, 96 Mi from C = 65536). The bits
+    /// of the result depend on it (dW and db are summed chunk by chunk), never on the call.
+    pub chunk_elements: Option<usize>,
+}
+
+impl Default for HeadOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HeadOptions {
+    /// Whether the loss is the plain mean cross-entropy over every row (no ignored target, no
+    /// class weights, no smoothing, the mean), the op's fused kernels' own semantics.
+    pub fn is_plain(&self) -> bool {
+        self.ignore_index.is_none()
+            && self.pad_tokens.as_ref().is_none_or(|t| t.is_empty())
+            && self.class_weights.is_none()
+            && self.smoothing.is_none_or(|e| e == 0.0)
+            && self.reduction == HeadReduction::Mean
+    }
+
+    /// What the kernels read of these options.
+    pub fn kernels(&self) -> KernelOptions {
+        KernelOptions {
+            activation: self.activation,
+            precision: self.precision,
+            chunk_elements: self.chunk_elements,
+        }
+    }
+
+    /// Label smoothing e, 0 without.
+    pub(crate) fn epsilon(&self) -> f64 {
+        self.smoothing.unwrap_or(0.0) as f64
+    }
+
+    /// Panics, naming `op`, on class weights that are not `[C]` or not finite, a smoothing
+    /// outside `[0, 1]` or a chunk budget of 0.
+    pub(crate) fn check(&self, op: &str, classes: usize) {
+        if let Some(w) = &self.class_weights {
+            assert!(
+                w.len() == classes,
+                "{op}: HeadOptions::class_weights has {} values; it must have one per class, C = {classes}",
+                w.len()
+            );
+            assert!(
+                w.iter().all(|v| v.is_finite()),
+                "{op}: HeadOptions::class_weights must be finite"
+            );
+        }
+        if let Some(e) = self.smoothing {
+            assert!(
+                (0.0..=1.0).contains(&e),
+                "{op}: HeadOptions::smoothing must be in [0, 1], got {e}"
+            );
+        }
+        assert!(
+            self.chunk_elements != Some(0),
+            "{op}: HeadOptions::chunk_elements must be at least 1"
+        );
+    }
+}
+
+impl From<HeadActivation> for HeadOptions {
+    fn from(activation: HeadActivation) -> Self {
+        Self::new().with_activation(activation)
+    }
+}
+
+impl From<HeadPrecision> for HeadOptions {
+    fn from(precision: HeadPrecision) -> Self {
+        Self::new().with_precision(precision)
+    }
+}
+
+/// The part of [`HeadOptions`] the kernels read: the activation, the precision of the
+/// large-C products and the streamed path's chunk budget. The backend extension trait's fused
+/// methods take it; the cross-entropy options are applied around them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelOptions {
+    /// See [`HeadActivation`].
+    pub activation: HeadActivation,
+    /// See [`HeadPrecision`].
+    pub precision: HeadPrecision,
+    /// See [`HeadOptions::chunk_elements`].
+    pub chunk_elements: Option<usize>,
+}
+
+impl KernelOptions {
+    /// Whether the activation is ReLU (the kernels' compile-time flag).
+    #[cfg(feature = "cube")]
+    pub(crate) fn relu(self) -> bool {
+        self.activation == HeadActivation::Relu
+    }
+
+    /// These options with `precision`.
+    pub fn with_precision(self, precision: HeadPrecision) -> Self {
+        Self { precision, ..self }
+    }
+
+    /// These options with `activation`.
+    pub fn with_activation(self, activation: HeadActivation) -> Self {
+        Self { activation, ..self }
+    }
+}

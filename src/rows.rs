@@ -1,0 +1,211 @@
+//! The row algebra of the cross-entropy options ([`HeadOptions`]) in stock Burn ops, on any
+//! backend: which rows are ignored and their weights, each row's loss and its gradient on a
+//! materialized `[B, C]`, and the reductions. The derivation, for row r with target y,
+//! `p = softmax(H[r])`, class weights w and smoothing e:
+//!
+//! ```text
+//! L[r]        = (1 - e) w[y] (-lp[y]) + (e / C) sum_c w[c] (-lp[c])
+//! dL[r]/dH[r] = (1 - e) w[y] (p - onehot(y)) + (e / C) (sum_c w[c] p - w)
+//! ```
+//!
+//! Without smoothing, `dL[r]/dH[r] = w[y] (p - onehot(y))`: the unweighted row gradient scaled
+//! by one number per row. That is what the streamed path (C > 32 on the CubeCL backends) runs,
+//! with a row weight `rho[r]` in its row kernel (`w[y] / sum w` for the mean, `w[y]` for the
+//! sum, `w[y] g[r]` for the backward step of `none`). Label smoothing needs every class's
+//! weight in the row, so it runs the materialized path.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData, TensorPrimitive};
+
+use crate::options::{HeadActivation, HeadOptions, HeadReduction};
+
+/// The per-row terms of a batch's labels under [`HeadOptions`], on the labels' device, in the
+/// dtype the losses are summed in ([`sums_dtype`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Rows<B: Backend> {
+    /// The labels with every ignored row's mapped to class 0 (so a kernel reads an index in
+    /// range there); a label outside `[0, C)` that is not ignored stays as it is.
+    pub labels: Tensor<B, 1, Int>,
+    /// `w[y]` per row (1 without class weights), 0 for an ignored row, NaN for a label
+    /// outside `[0, C)` that is not ignored.
+    pub weight: Tensor<B, 1>,
+    /// Which rows are ignored.
+    pub ignored: Tensor<B, 1, Bool>,
+    /// 0 for an ignored row, else 1.
+    pub keep: Tensor<B, 1>,
+}
+
+/// f64 for f64 inputs, else f32: the dtype of the per-row losses and their sums (the
+/// half-precision inputs' losses are summed in f32, as the op's own).
+pub(crate) fn sums_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// [`Rows`] of `labels` `[B]` for C = `classes`.
+pub(crate) fn rows<B: Backend>(
+    labels: IntTensor<B>,
+    loss: &HeadOptions,
+    classes: usize,
+    dtype: DType,
+) -> Rows<B> {
+    let labels = Tensor::<B, 1, Int>::from_primitive(labels); // [B]
+    let device = labels.device();
+    let batch = labels.dims()[0];
+    let tokens = loss.pad_tokens.iter().flatten().map(|&t| t as i64);
+    let ignored = loss
+        .ignore_index
+        .into_iter()
+        .chain(tokens)
+        .map(|value| labels.clone().equal_elem(value))
+        .reduce(|a, b| a.bool_or(b))
+        .unwrap_or_else(|| labels.clone().equal(labels.clone()).bool_not()); // [B], none
+    let outside = labels
+        .clone()
+        .lower_elem(0)
+        .bool_or(labels.clone().greater_equal_elem(classes as i64));
+    let invalid = outside.clone().bool_and(ignored.clone().bool_not());
+    let labels = labels.mask_fill(ignored.clone(), 0); // [B]
+    let weight = match &loss.class_weights {
+        Some(w) => {
+            let w = Tensor::<B, 1>::from_data(
+                TensorData::new(w.clone(), [classes]).convert_dtype(dtype),
+                (&device, dtype),
+            ); // [C]
+            w.gather(0, labels.clone().mask_fill(outside, 0))
+        }
+        None => Tensor::<B, 1>::ones([batch], (&device, dtype)),
+    }; // [B]
+    let weight = weight
+        .mask_fill(ignored.clone(), 0)
+        .mask_fill(invalid, f64::NAN);
+    let keep = Tensor::<B, 1>::ones([batch], (&device, dtype)).mask_fill(ignored.clone(), 0);
+    Rows {
+        labels,
+        weight,
+        ignored,
+        keep,
+    }
+}
+
+/// The default of [`FusedHeadBackend::head_row_losses`](crate::FusedHeadBackend::head_row_losses), in stock ops: the loss rows `L`
+/// `[B]` (in [`sums_dtype`]) and their gradients `G = dL[r]/dH[r]` `[B, C]` (in Z's dtype) of
+/// `H = act(Z)`, the algebra of this module's documentation. `labels`, `row_weight` (`w[y]`)
+/// and `keep` (0 for an ignored row, else 1) are [`Rows`]'s; `class_weights` `[C]` and
+/// `smoothing` are [`HeadOptions`]'s. An ignored row's L is 0 and its G is 0 (NaN where its
+/// logits are not finite, as PyTorch's); a row whose label is outside `[0, C)` (not ignored:
+/// its weight is NaN) gets NaN in both.
+pub(crate) fn row_losses<B: Backend>(
+    z: FloatTensor<B>,
+    labels: IntTensor<B>,
+    [row_weight, keep]: [FloatTensor<B>; 2],
+    class_weights: Option<FloatTensor<B>>,
+    smoothing: f32,
+    activation: HeadActivation,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let float1 = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
+    let z = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(z)); // [B, C]
+    let z_dtype = z.dtype();
+    let dtype = sums_dtype(z_dtype);
+    let z = z.cast(dtype);
+    let h = match activation {
+        // `Z <= 0 -> 0`, which keeps a NaN (as the op's ReLU).
+        HeadActivation::Relu => z.clone().mask_fill(z.lower_equal_elem(0), 0),
+        HeadActivation::Identity => z,
+    }; // [B, C]
+    let [batch, classes] = h.dims();
+    let device = h.device();
+    let e = smoothing as f64;
+    let w_y = float1(row_weight).unsqueeze_dim::<2>(1); // [B, 1]
+    let keep = float1(keep).unsqueeze_dim::<2>(1); // [B, 1]
+    let ignored = keep.clone().equal_elem(0); // [B, 1]
+    let target = Tensor::<B, 1, Int>::from_primitive(labels)
+        .unsqueeze_dim::<2>(1)
+        .mask_fill(w_y.clone().is_nan(), 0); // [B, 1], every index in range
+
+    let m = h.clone().detach().max_dim(1); // [B, 1]
+    let shifted = h - m; // [B, C]
+    let exp = shifted.clone().exp(); // [B, C]
+    let d = exp.clone().sum_dim(1); // [B, 1]
+    let lse = d.clone().log(); // [B, 1]
+    let p = exp / d; // [B, C]
+    let nll = lse.clone() - shifted.clone().gather(1, target.clone()); // [B, 1]
+    let onehot = Tensor::<B, 2>::zeros([batch, classes], (&device, dtype)).scatter(
+        1,
+        target,
+        Tensor::ones([batch, 1], (&device, dtype)),
+        burn::tensor::IndexingUpdateOp::Add,
+    ); // [B, C]
+    let mut l = nll * w_y.clone() * (1.0 - e); // [B, 1]
+    let mut g = (p.clone() - onehot) * w_y * (1.0 - e); // [B, C]
+    if e > 0.0 {
+        // The smoothing term of every row not ignored: (e / C) sum_c w[c] (-lp[c]).
+        let w = match class_weights {
+            Some(w) => float1(w).cast(dtype),
+            None => Tensor::<B, 1>::ones([classes], (&device, dtype)),
+        }; // [C]
+        let total = w.clone().sum().unsqueeze_dim::<2>(1); // [1, 1]
+        let w = w.unsqueeze_dim::<2>(0); // [1, C]
+        let smooth = lse * total.clone() - (shifted * w.clone()).sum_dim(1); // [B, 1]
+        let scale = keep * (e / classes as f64); // [B, 1]
+        l = l + smooth * scale.clone();
+        g = g + (p * total - w) * scale;
+    }
+    // An ignored row's G is `0 (p - onehot)`: 0, or NaN where its logits hold a NaN or an
+    // infinity, as PyTorch's (and the streamed path's) gradient; its loss is 0 whatever they hold.
+    let l = l.mask_fill(ignored, 0).squeeze_dim::<1>(1); // [B]
+    (
+        l.into_primitive().tensor(),
+        g.cast(z_dtype).into_primitive().tensor(),
+    )
+}
+
+/// The reduction of the loss rows `L` `[B]`: the mean over `sum_r w[y_r]` (`denominator`),
+/// the sum, or `L` itself.
+pub(crate) fn reduce<B: Backend>(
+    l: Tensor<B, 1>,
+    denominator: Option<Tensor<B, 1>>,
+    reduction: HeadReduction,
+) -> Tensor<B, 1> {
+    match reduction {
+        HeadReduction::Mean => l.sum() / denominator.expect("the mean's denominator"),
+        HeadReduction::Sum => l.sum(),
+        HeadReduction::None => l,
+    }
+}
+
+/// The mean's denominator `sum_r w[y_r]` `[1]` (NaN where a label is outside `[0, C)` and not
+/// ignored), or `None` for the other reductions.
+pub(crate) fn denominator<B: Backend>(rows: &Rows<B>, loss: &HeadOptions) -> Option<Tensor<B, 1>> {
+    (loss.reduction == HeadReduction::Mean).then(|| rows.weight.clone().sum())
+}
+
+/// Each row's upstream gradient `u` `[B]` for the upstream gradient `grad` of the result
+/// (`[1]`, or `[B]` for [`HeadReduction::None`]): `g / denominator`, `g` or `g[r]`.
+pub(crate) fn row_upstream<B: Backend>(
+    grad: Tensor<B, 1>,
+    denominator: Option<Tensor<B, 1>>,
+    reduction: HeadReduction,
+    batch: usize,
+) -> Tensor<B, 1> {
+    let dtype = denominator.as_ref().map_or(grad.dtype(), |d| d.dtype());
+    let grad = grad.cast(dtype);
+    match reduction {
+        HeadReduction::Mean => {
+            (grad / denominator.expect("the mean's denominator")).expand([batch])
+        }
+        HeadReduction::Sum => grad.expand([batch]),
+        HeadReduction::None => grad,
+    }
+}
+
+/// `L = w[y] l` `[B]` from the streamed path's unweighted per-row losses `l`, 0 where ignored
+/// (whatever the row's logits).
+pub(crate) fn weighted_rows<B: Backend>(l: FloatTensor<B>, rows: &Rows<B>) -> Tensor<B, 1> {
+    let l = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(l)).cast(rows.weight.dtype());
+    (l * rows.weight.clone()).mask_fill(rows.ignored.clone(), 0)
+}
