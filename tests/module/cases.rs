@@ -113,16 +113,22 @@ fn the_configs_options_reach_the_loss() {
 }
 
 /// A head made from a stock `Linear` (its weight `[I, C]` transposed to `[C, I]`, its bias
-/// kept, in either `LinearLayout`) computes the layer's logits, and its loss and gradients are
-/// stock `Linear` + `CrossEntropyLoss`'s under the gates; a layer without a bias gives a head
-/// without one.
+/// kept, in either `LinearLayout`) holds the layer's parameters, and its logits, loss and dW
+/// are the layer's `Linear` + cross-entropy under the gates: against the same layer computed
+/// in f64 on NdArray (stock Burn on CUDA is no reference: its autotuned f32 matmul may run on
+/// TF32). A layer without a bias gives a head without one.
 #[test]
 fn a_head_from_a_linear_is_that_linear() {
-    use burn::nn::loss::CrossEntropyLossConfig;
     use burn::nn::{LinearConfig, LinearLayout};
     use burn_fused_head_testing::gates::{gate, values};
     type A = burn::backend::Autodiff<B>;
+    type R = burn::backend::Autodiff<burn::backend::NdArray<f64>>;
     let device = &device();
+    let reference = &burn::backend::ndarray::NdArrayDevice::Cpu;
+    let to_reference = |v: Vec<f64>, shape: Vec<usize>| {
+        let data = burn::tensor::TensorData::new(v, shape);
+        Tensor::<R, 2>::from_data(data, (reference, DType::F64))
+    };
     for (layout, bias, classes) in [
         (LinearLayout::Row, true, 7),
         (LinearLayout::Col, true, 40),
@@ -135,36 +141,42 @@ fn a_head_from_a_linear_is_that_linear() {
             .with_layout(layout)
             .with_bias(bias)
             .init(device);
-        let stock_logits = values(linear.forward(x.clone()));
-        let stock_weight = values(linear.weight.val());
-        // Stock's gradients on a row-layout copy (a `Col` layer's weight is a transposed view,
-        // not a leaf of the graph).
-        let leaf = |t: Tensor<A, 2>| Param::from_tensor(Tensor::from_data(t.into_data(), device));
-        let stock = Linear {
-            weight: leaf(linear.weight.val()),
-            bias: linear.bias.as_ref().map(|b| {
-                Param::from_tensor(Tensor::<A, 1>::from_data(b.val().into_data(), device))
-            }),
-        };
-        let ce = CrossEntropyLossConfig::new().init(device);
-        let stock_loss = ce.forward(stock.forward(x.clone()), labels.clone());
-        let stock_grads = stock_loss.backward();
-        let stock_dw = values(stock.weight.grad(&stock_grads).unwrap().transpose());
+        let weight = values(linear.weight.val()); // [I, C]
+        let bias_values = linear.bias.as_ref().map(|b| values(b.val())); // [C]
+
+        // The layer in f64: logits = X W + b, loss = mean_r -log_softmax(logits)[r, y_r].
+        let x64 = to_reference(values(x.clone()), vec![12, 9]);
+        let w64 = to_reference(weight.clone(), vec![9, classes]).require_grad();
+        let mut logits64 = x64.matmul(w64.clone()); // [B, C]
+        if let Some(b) = &bias_values {
+            logits64 = logits64 + to_reference(b.clone(), vec![1, classes]);
+        }
+        let targets = Tensor::<R, 1, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(data.labels.clone(), [12]),
+            (reference, DType::I64),
+        )
+        .unsqueeze_dim::<2>(1); // [B, 1]
+        let log_p = burn::tensor::activation::log_softmax(logits64.clone(), 1);
+        let loss64 = log_p.gather(1, targets).mean().neg(); // [1]
+        let dw64 = values(w64.grad(&loss64.backward()).unwrap().transpose()); // [C, I]
 
         let head = FusedLinearCrossEntropy::from(linear);
         assert_eq!(head.weight.dims(), [classes, 9], "{context}");
         assert_eq!(head.bias.is_some(), bias, "{context}");
         assert_eq!(
             values(head.weight.val().transpose()),
-            stock_weight,
+            weight,
             "{context}: W is the layer's weight, transposed"
         );
+        if let Some(b) = bias_values {
+            assert_eq!(values(head.bias.as_ref().unwrap().val()), b, "{context}: b");
+        }
         let loss = head.forward_loss(x.clone(), labels);
         let grads = loss.backward();
         for report in [
-            gate("logits", &values(head.forward(x)), &stock_logits),
-            gate("loss", &values(loss), &values(stock_loss)),
-            gate("dW", &values(head.weight.grad(&grads).unwrap()), &stock_dw),
+            gate("logits", &values(head.forward(x)), &values(logits64)),
+            gate("loss", &values(loss), &values(loss64)),
+            gate("dW", &values(head.weight.grad(&grads).unwrap()), &dw64),
         ] {
             assert!(report.passed(), "{context}: {report}");
         }
