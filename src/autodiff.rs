@@ -36,6 +36,10 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
         B::head_gradients_in_forward(batch, inputs, classes)
     }
 
+    fn head_products_in_f64() -> bool {
+        B::head_products_in_f64()
+    }
+
     fn head_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

@@ -20,6 +20,7 @@ use burn::tensor::{DType, Int, Tensor, TensorData, TensorMetadata, TensorPrimiti
 
 pub use crate::options::KernelOptions;
 use crate::options::{HeadActivation, HeadOptions, HeadPrecision};
+use crate::pairwise;
 use crate::rows::{Rows, denominator, reduce, rows, sums_dtype, weighted_rows};
 
 /// What the forward pass keeps for the backward pass.
@@ -191,6 +192,17 @@ pub trait FusedHeadBackend: Backend {
         false
     }
 
+    /// Whether the stock-op bodies compute their products (Z, dW and dX) in f64 and round them
+    /// once to the inputs' float type. An f32 dot product of n terms is off by up to about
+    /// `n u` of the terms' magnitudes; where the logits are large (about 1e4) that error moves
+    /// near-tied probabilities enough to take dW outside the gate, whatever the order of the
+    /// f32 sum (DESIGN.md, "Accuracy at the edge of f32"). True on the CPU backends (NdArray,
+    /// Flex, Candle), where f64 products cost about twice the f32 ones; false by default and on
+    /// the CubeCL backends, which run their own kernels.
+    fn head_products_in_f64() -> bool {
+        false
+    }
+
     /// Stage 1: `Z = X W^T + b`, `H = ReLU(Z)`; returns `(Z, H)`, both `[B, C]`.
     fn head_linear_relu_forward(
         x: FloatTensor<Self>,
@@ -207,12 +219,15 @@ pub trait FusedHeadBackend: Backend {
             return (prim(z.clone()), prim(z));
         }
         // Some stock matmuls divide by a zero dimension: an empty product is zeros.
-        let xw = if inputs == 0 {
-            zeros_or_empty::<Self, 2>([batch, classes], &x)
+        let z = if inputs == 0 {
+            zeros_or_empty::<Self, 2>([batch, classes], &x) + bias.unsqueeze_dim(0)
         } else {
-            x.matmul(weight.transpose())
+            // In f64 where the backend has it, rounded once (see `accurate`).
+            let dtype = x.dtype();
+            let wide = Self::head_products_in_f64();
+            let (x, weight, bias) = (widened(x, wide), widened(weight, wide), widened(bias, wide));
+            (x.matmul(weight.transpose()) + bias.unsqueeze_dim(0)).cast(dtype)
         }; // [B, C]
-        let z = xw + bias.unsqueeze_dim(0); // [B, C]
         // ReLU as `Z <= 0 -> 0`, which keeps a NaN: NdArray's own `relu` maps NaN to 0.
         let h = z.clone().mask_fill(z.clone().lower_equal_elem(0), 0); // [B, C]
         (prim(z), prim(h))
@@ -238,8 +253,10 @@ pub trait FusedHeadBackend: Backend {
 
     /// Stage 2: stable softmax cross-entropy; returns `(loss_rows [B], dH [B, C])` with
     /// `loss_rows[r] = ln(sum_j exp(H[r,j] - m)) - (H[r,label] - m)`, `m = max_j H[r,j]`, and
-    /// `dH = (p - onehot) / B` from the same probabilities. A row whose label is outside
-    /// `[0, C)` gets a NaN loss and a NaN dH row.
+    /// `dH = (p - onehot) / B` from the same probabilities (the target's column as `-(sum of
+    /// the other exponentials) / d`, which keeps the digits `p_y - 1` loses in a confident
+    /// row; sums in a fixed pairwise order). A row whose label is outside `[0, C)` gets a NaN
+    /// loss and a NaN dH row.
     fn head_softmax_cross_entropy(
         h: FloatTensor<Self>,
         labels: IntTensor<Self>,
@@ -259,21 +276,13 @@ pub trait FusedHeadBackend: Backend {
             .bool_or(labels.clone().greater_equal_elem(classes as i64)); // [B]
         let target = labels.mask_fill(invalid.clone(), 0).unsqueeze_dim::<2>(1); // [B, 1]
 
-        let m = h.clone().detach().max_dim(1); // [B, 1]
-        let shifted = h - m; // [B, C]
-        let e = shifted.clone().exp(); // [B, C]
-        let d = e.clone().sum_dim(1); // [B, 1]
-        let picked = shifted.gather(1, target.clone()); // [B, 1]
-        let loss = (d.clone().log() - picked).squeeze_dim::<1>(1); // [B]
+        let softmax = crate::rows::row_softmax(h, target.clone());
+        let picked = softmax.shifted.gather(1, target); // [B, 1]
+        let loss = (softmax.d.log() - picked).squeeze_dim::<1>(1); // [B]
         let loss = loss.mask_fill(invalid.clone(), f64::NAN);
 
-        let onehot = Tensor::<Self, 2>::zeros([batch, classes], (&e.device(), e.dtype())).scatter(
-            1,
-            target,
-            Tensor::ones([batch, 1], (&e.device(), e.dtype())),
-            burn::tensor::IndexingUpdateOp::Add,
-        ); // [B, C]
-        let dh = (e / d - onehot) / batch as f64; // [B, C]
+        // p - onehot, its target column from the other columns (`rows::row_softmax`).
+        let dh = softmax.grad / batch as f64; // [B, C]
         let dh = dh.mask_fill(
             invalid.unsqueeze_dim::<2>(1).expand([batch, classes]),
             f64::NAN,
@@ -305,7 +314,14 @@ pub trait FusedHeadBackend: Backend {
         if batch * classes * inputs == 0 {
             return prim(zeros_or_empty::<Self, 2>([classes, inputs], &x)); // the empty sum
         }
-        prim(dz.transpose().matmul(x)) // [C, I]
+        let dtype = dz.dtype();
+        let wide = Self::head_products_in_f64();
+        prim(
+            widened(dz, wide)
+                .transpose()
+                .matmul(widened(x, wide))
+                .cast(dtype),
+        ) // [C, I]
     }
 
     /// Stage 5: `db = column_sum(dZ)`, `[C]`.
@@ -315,7 +331,7 @@ pub trait FusedHeadBackend: Backend {
         if batch == 0 {
             return prim(zeros_or_empty::<Self, 1>([classes], &dz)); // the sum over no rows
         }
-        prim(dz.sum_dim(0).squeeze_dim::<1>(0)) // [C]
+        prim(pairwise::sum_dim(dz, 0).squeeze_dim::<1>(0)) // [C]
     }
 
     /// Stage 6: `dX = dZ W`, `[B, I]`.
@@ -326,7 +342,9 @@ pub trait FusedHeadBackend: Backend {
         if batch * classes * inputs == 0 {
             return prim(zeros_or_empty::<Self, 2>([batch, inputs], &dz)); // the empty sum
         }
-        prim(dz.matmul(weight)) // [B, I]
+        let dtype = dz.dtype();
+        let wide = Self::head_products_in_f64();
+        prim(widened(dz, wide).matmul(widened(weight, wide)).cast(dtype)) // [B, I]
     }
 
     /// The batch mean of the per-row losses, `[1]`. An empty batch gives NaN (0 / 0), as
@@ -342,7 +360,7 @@ pub trait FusedHeadBackend: Backend {
                 (&device, loss_rows.dtype()),
             ));
         }
-        prim(loss_rows.sum() / batch as f64) // [1]
+        prim(pairwise::sum(loss_rows) / batch as f64) // [1]
     }
 
     /// The fused forward: stages 1 and 2 and the mean, keeping Z and dH for the backward pass.
@@ -719,6 +737,11 @@ fn dims2(shape: &burn::tensor::Shape) -> [usize; 2] {
     [shape[0], shape[1]]
 }
 
+/// `t` in f64 where `wide` ([`FusedHeadBackend::head_products_in_f64`]), else as it is.
+fn widened<B: Backend, const D: usize>(t: Tensor<B, D>, wide: bool) -> Tensor<B, D> {
+    if wide { t.cast(DType::F64) } else { t }
+}
+
 /// Zeros of `shape` on `like`'s device and dtype, or, for a shape with no element, an empty
 /// tensor made without a kernel: Burn 0.21's fill of an empty tensor launches zero cubes, which
 /// CUDA refuses (`CUDA_ERROR_INVALID_VALUE`), leaving the device unusable.
@@ -793,11 +816,18 @@ where
     NdArrayTensor: From<SharedArray<E>>,
     NdArrayTensor: From<SharedArray<I>>,
 {
+    fn head_products_in_f64() -> bool {
+        true
+    }
 }
 
 /// Flex (Burn's pure-Rust CPU backend, feature `flex`) runs the stock-op bodies.
 #[cfg(feature = "flex")]
-impl FusedHeadBackend for burn::backend::Flex {}
+impl FusedHeadBackend for burn::backend::Flex {
+    fn head_products_in_f64() -> bool {
+        true
+    }
+}
 
 /// Candle (feature `candle`) runs the stock-op bodies. Burn 0.21 deprecates its Candle
 /// backend; the impl stays while Burn ships it.
@@ -808,4 +838,7 @@ where
     F: burn::backend::candle::FloatCandleElement,
     I: burn::backend::candle::IntCandleElement,
 {
+    fn head_products_in_f64() -> bool {
+        true
+    }
 }

@@ -155,6 +155,10 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         B::head_gradients_in_forward(batch, inputs, classes)
     }
 
+    fn head_products_in_f64() -> bool {
+        B::head_products_in_f64()
+    }
+
     fn head_linear_relu_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

@@ -56,6 +56,7 @@ mod fusion;
 mod module;
 mod ops;
 mod options;
+mod pairwise;
 mod rows;
 #[cfg(feature = "testing")]
 #[doc(hidden)]

@@ -19,6 +19,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData, TensorPrimitive};
 
 use crate::options::{HeadActivation, HeadOptions, HeadReduction};
+use crate::pairwise;
 
 /// The per-row terms of a batch's labels under [`HeadOptions`], on the labels' device, in the
 /// dtype the losses are summed in ([`sums_dtype`]).
@@ -117,7 +118,7 @@ pub(crate) fn row_losses<B: Backend>(
         HeadActivation::Relu => z.clone().mask_fill(z.lower_equal_elem(0), 0),
         HeadActivation::Identity => z,
     }; // [B, C]
-    let [batch, classes] = h.dims();
+    let classes = h.dims()[1];
     let device = h.device();
     let e = smoothing as f64;
     let w_y = float1(row_weight).unsqueeze_dim::<2>(1); // [B, 1]
@@ -127,30 +128,25 @@ pub(crate) fn row_losses<B: Backend>(
         .unsqueeze_dim::<2>(1)
         .mask_fill(w_y.clone().is_nan(), 0); // [B, 1], every index in range
 
-    let m = h.clone().detach().max_dim(1); // [B, 1]
-    let shifted = h - m; // [B, C]
-    let exp = shifted.clone().exp(); // [B, C]
-    let d = exp.clone().sum_dim(1); // [B, 1]
-    let lse = d.clone().log(); // [B, 1]
-    let p = exp / d; // [B, C]
-    let nll = lse.clone() - shifted.clone().gather(1, target.clone()); // [B, 1]
-    let onehot = Tensor::<B, 2>::zeros([batch, classes], (&device, dtype)).scatter(
-        1,
-        target,
-        Tensor::ones([batch, 1], (&device, dtype)),
-        burn::tensor::IndexingUpdateOp::Add,
-    ); // [B, C]
+    let RowSoftmax {
+        shifted,
+        d,
+        p,
+        grad,
+    } = row_softmax(h, target.clone());
+    let lse = d.log(); // [B, 1]
+    let nll = lse.clone() - shifted.clone().gather(1, target); // [B, 1]
     let mut l = nll * w_y.clone() * (1.0 - e); // [B, 1]
-    let mut g = (p.clone() - onehot) * w_y * (1.0 - e); // [B, C]
+    let mut g = grad * w_y * (1.0 - e); // [B, C]
     if e > 0.0 {
         // The smoothing term of every row not ignored: (e / C) sum_c w[c] (-lp[c]).
         let w = match class_weights {
             Some(w) => float1(w).cast(dtype),
             None => Tensor::<B, 1>::ones([classes], (&device, dtype)),
         }; // [C]
-        let total = w.clone().sum().unsqueeze_dim::<2>(1); // [1, 1]
+        let total = pairwise::sum(w.clone()).unsqueeze_dim::<2>(1); // [1, 1]
         let w = w.unsqueeze_dim::<2>(0); // [1, C]
-        let smooth = lse * total.clone() - (shifted * w.clone()).sum_dim(1); // [B, 1]
+        let smooth = lse * total.clone() - pairwise::sum_dim(shifted * w.clone(), 1); // [B, 1]
         let scale = keep * (e / classes as f64); // [B, 1]
         l = l + smooth * scale.clone();
         g = g + (p * total - w) * scale;
@@ -165,23 +161,23 @@ pub(crate) fn row_losses<B: Backend>(
 }
 
 /// The reduction of the loss rows `L` `[B]`: the mean over `sum_r w[y_r]` (`denominator`),
-/// the sum, or `L` itself.
+/// the sum, or `L` itself; the sums in [`pairwise`]'s fixed order.
 pub(crate) fn reduce<B: Backend>(
     l: Tensor<B, 1>,
     denominator: Option<Tensor<B, 1>>,
     reduction: HeadReduction,
 ) -> Tensor<B, 1> {
     match reduction {
-        HeadReduction::Mean => l.sum() / denominator.expect("the mean's denominator"),
-        HeadReduction::Sum => l.sum(),
+        HeadReduction::Mean => pairwise::sum(l) / denominator.expect("the mean's denominator"),
+        HeadReduction::Sum => pairwise::sum(l),
         HeadReduction::None => l,
     }
 }
 
-/// The mean's denominator `sum_r w[y_r]` `[1]` (NaN where a label is outside `[0, C)` and not
-/// ignored), or `None` for the other reductions.
+/// The mean's denominator `sum_r w[y_r]` `[1]` in [`pairwise`]'s fixed order (NaN where a
+/// label is outside `[0, C)` and not ignored), or `None` for the other reductions.
 pub(crate) fn denominator<B: Backend>(rows: &Rows<B>, loss: &HeadOptions) -> Option<Tensor<B, 1>> {
-    (loss.reduction == HeadReduction::Mean).then(|| rows.weight.clone().sum())
+    (loss.reduction == HeadReduction::Mean).then(|| pairwise::sum(rows.weight.clone()))
 }
 
 /// Each row's upstream gradient `u` `[B]` for the upstream gradient `grad` of the result
@@ -208,4 +204,64 @@ pub(crate) fn row_upstream<B: Backend>(
 pub(crate) fn weighted_rows<B: Backend>(l: FloatTensor<B>, rows: &Rows<B>) -> Tensor<B, 1> {
     let l = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(l)).cast(rows.weight.dtype());
     (l * rows.weight.clone()).mask_fill(rows.ignored.clone(), 0)
+}
+
+/// `onehot(target)` `[B, C]` in `dtype` for `target` `[B, 1]` (every index in `[0, C)`): a
+/// comparison of each class index with the row's target, element-wise (no scatter, whose
+/// additions some backends make atomic).
+pub(crate) fn onehot<B: Backend>(
+    target: Tensor<B, 2, Int>,
+    classes: usize,
+    dtype: DType,
+) -> Tensor<B, 2> {
+    let batch = target.dims()[0];
+    let device = target.device();
+    let class = Tensor::<B, 1, Int>::arange(0..classes as i64, &device)
+        .cast(target.dtype())
+        .unsqueeze_dim::<2>(0)
+        .expand([batch, classes]); // [B, C], in the targets' int dtype
+    class
+        .equal(target.expand([batch, classes]))
+        .float()
+        .cast(dtype) // [B, C]
+}
+
+/// The row softmax of `h` `[B, C]` against `target` `[B, 1]` (every index in `[0, C)`), in
+/// stock ops, as the loss and its gradient need it.
+pub(crate) struct RowSoftmax<B: Backend> {
+    /// `H - m`, m the row's maximum, `[B, C]`.
+    pub shifted: Tensor<B, 2>,
+    /// `d = sum_c exp(H[r, c] - m)`, `[B, 1]`.
+    pub d: Tensor<B, 2>,
+    /// `p = softmax(H)`, `[B, C]`.
+    pub p: Tensor<B, 2>,
+    /// `p - onehot(target)`, `[B, C]`, its target column computed as `-(d - e_y) / d` from the
+    /// sum of the other columns' exponentials, never as `p_y - 1`.
+    pub grad: Tensor<B, 2>,
+}
+
+/// [`RowSoftmax`] of `h` against `target`. The target's column is where f32 loses digits: in a
+/// confident row `p_y` is within `u` of 1, so `p_y - 1` keeps only the digits of `1 - u`, and
+/// the row's gradient no longer sums to 0 (by about `u`), which products with large weights
+/// (`dX = dZ W`) multiply into errors past the gate. `-(sum of the others) / d` keeps them: the
+/// row then sums to 0 up to the rounding of its small terms. `d` is that sum of the others (in
+/// [`pairwise`] order) plus the target's own term.
+pub(crate) fn row_softmax<B: Backend>(h: Tensor<B, 2>, target: Tensor<B, 2, Int>) -> RowSoftmax<B> {
+    let [batch, classes] = h.dims();
+    let m = h.clone().detach().max_dim(1); // [B, 1]
+    let shifted = h - m; // [B, C]
+    let e = shifted.clone().exp(); // [B, C]
+    let is_target = onehot::<B>(target.clone(), classes, e.dtype()).equal_elem(1); // [B, C]
+    let e_y = e.clone().gather(1, target); // [B, 1]
+    let others = pairwise::sum_dim(e.clone().mask_fill(is_target.clone(), 0), 1); // [B, 1]
+    let d = others.clone() + e_y; // [B, 1]
+    let p = e / d.clone(); // [B, C]
+    let target_grad = (others.neg() / d.clone()).expand([batch, classes]); // [B, C]
+    let grad = p.clone().mask_where(is_target, target_grad); // [B, C]
+    RowSoftmax {
+        shifted,
+        d,
+        p,
+        grad,
+    }
 }

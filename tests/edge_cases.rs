@@ -118,3 +118,35 @@ fn cuda_refuses_f64_and_f16() {
         );
     }
 }
+
+/// Logits of about 1e4 with the identity (B = 64, I = 48, C = 100, X scaled by 1e3): each
+/// logit is an f32 dot product of 48 terms of about 300, and in rows whose two largest logits
+/// are close its rounding moves the softmax enough to take dW out of the gate. The stock-op
+/// bodies compute their products in f64 on NdArray and round them once, and meet the gate on
+/// every element of 16 such cases, against Burn's stock autodiff in f64.
+#[test]
+fn logits_of_1e4_meet_the_gate_on_ndarray() {
+    type A = Autodiff<burn::backend::NdArray<f32>>;
+    let device = burn::backend::ndarray::NdArrayDevice::Cpu;
+    let mut failures = Vec::new();
+    for seed in 0..16 {
+        let mut data = HeadData::random(400 + seed, 64, 48, 100);
+        data.x.iter_mut().for_each(|v| *v *= 1e3);
+        let (x, w, b, labels) = data.tensors::<A>(&device, DType::F32);
+        let identity = burn_fused_head::HeadOptions::new();
+        let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
+            fused_linear_cross_entropy(x, w, Some(b), l, &identity)
+        });
+        let want = stock_linear_grads(&data, 1.0);
+        let reports = [
+            burn_fused_head_testing::gates::gate("loss", &[got.loss], &[want.loss]),
+            burn_fused_head_testing::gates::gate("dX", &got.dx, &want.dx),
+            burn_fused_head_testing::gates::gate("dW", &got.dw, &want.dw),
+            burn_fused_head_testing::gates::gate("db", &got.db, &want.db),
+        ];
+        for report in reports.iter().filter(|r| !r.passed()) {
+            failures.push(format!("seed {}: {report}", 400 + seed));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -10,8 +10,9 @@
 //! Bounded: `FUSED_HEAD_FUZZ_CASES` cases (default 400 on NdArray and CUDA, 80 on wgpu)
 //! or `FUSED_HEAD_FUZZ_SECONDS` seconds (default 60) per backend, whichever ends first; large
 //! shapes (B past 16384) only with `FUSED_HEAD_FUZZ_LARGE=1`. `FUSED_HEAD_FUZZ_SEED` (default
-//! 2026) fixes the sequence; a failure prints the case's seed and shape, and
-//! `FUSED_HEAD_FUZZ_SEED=<seed> FUSED_HEAD_FUZZ_CASES=1` replays it alone.
+//! 2026; `new`: drawn from the clock, and printed) fixes the sequence; a failure prints the
+//! case's seed and shape, and `FUSED_HEAD_FUZZ_SEED=<seed> FUSED_HEAD_FUZZ_CASES=1` replays it
+//! alone. CI runs a stream seeded by the commit too (`.ci/run`).
 
 mod common;
 
@@ -152,12 +153,27 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The first case's seed: `FUSED_HEAD_FUZZ_SEED` (a number, or `new` for one drawn from the
+/// clock, a new stream of cases on every run), 2026 by default. Printed before any case runs,
+/// so that a stream that fails can be run again.
+fn stream_seed() -> u64 {
+    let seed = match std::env::var("FUSED_HEAD_FUZZ_SEED").as_deref() {
+        Ok("new") => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            now.map_or(2026, |d| d.as_nanos() as u64 % 1_000_000_007)
+        }
+        _ => env_or("FUSED_HEAD_FUZZ_SEED", 2026),
+    };
+    println!("fuzz stream seed {seed}: FUSED_HEAD_FUZZ_SEED={seed} runs this stream again");
+    seed
+}
+
 /// Runs the cases on `B` and panics with every failing case's seed and shape; returns how many
 /// ran.
 fn fuzz<B: FusedHeadBackend>(device: &B::Device, default_cases: u64) -> usize {
     let cases = env_or("FUSED_HEAD_FUZZ_CASES", default_cases);
     let seconds = env_or("FUSED_HEAD_FUZZ_SECONDS", 60);
-    let seed = env_or("FUSED_HEAD_FUZZ_SEED", 2026);
+    let seed = stream_seed();
     let large = env_or("FUSED_HEAD_FUZZ_LARGE", 0) == 1;
     let tf32_available = <Autodiff<B> as FusedHeadBackend>::head_tf32_available(device);
     let start = std::time::Instant::now();
@@ -292,6 +308,22 @@ fn run_case<B: FusedHeadBackend>(device: &B::Device, case: &Case) -> Result<(), 
     } else {
         Err(failed.join("; "))
     }
+}
+
+/// Cases a long run found outside the gate on NdArray (2026-12-02, the stock-op bodies in f32):
+/// a batch of 65601 rows whose db and mean loss were long sums in one loop (seeds 3376, with
+/// large logits, and 428454), and a row of large logits with an upstream factor (427615).
+#[test]
+fn the_long_runs_cases_meet_the_gate_on_ndarray() {
+    let device = NdArrayDevice::Cpu;
+    let mut failures = Vec::new();
+    for seed in [3376, 428454, 427615] {
+        let case = Case::draw(seed, true, false);
+        if let Err(why) = run_case::<burn::backend::NdArray<f32>>(&device, &case) {
+            failures.push(format!("{case:?}\n  {why}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The tests of `fuzz/cases.rs`, written once there, on one backend `B`.
