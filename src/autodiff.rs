@@ -21,8 +21,8 @@ use crate::backend::{
 use crate::options::{HeadOptions, HeadReduction};
 use crate::rows::{denominator, reduce, row_upstream, rows, sums_dtype, weighted_rows};
 
-/// Only the loss is overridden: the stages keep their stock-op bodies on `Autodiff`, which
-/// autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
+/// The op and the logits are overridden: the stages keep their stock-op bodies on `Autodiff`,
+/// which autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
 impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B, C> {
     fn head_limits() -> HeadLimits {
         B::head_limits()
@@ -40,6 +40,15 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
         B::head_products_in_f64()
     }
 
+    fn head_logits(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        kernels: KernelOptions,
+    ) -> FloatTensor<Self> {
+        logits::<B, C>([x, weight, bias], kernels)
+    }
+
     fn head_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -52,6 +61,61 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
             tracked::<B, C>(x, weight, bias, targets, options.kernels(), predict)
         } else {
             with_options::<B, C>([x, weight, bias], targets, options, predict)
+        }
+    }
+}
+
+/// The logits `H = act(X W^T + b)` `[B, C]` from B's kernels (exact or TF32 as `kernels`
+/// say), tracked: for the upstream gradient G of H, the backward step is B's fused backward
+/// with `dH = G` and a unit upstream gradient, `dZ = G act'(Z)`, then dW, db and dX. H stands
+/// for Z in ReLU's mask: `H > 0` exactly where `Z > 0` (a NaN Z gives a NaN H, neither
+/// positive), and the identity's H is Z.
+fn logits<B: FusedHeadBackend, C: CheckpointStrategy>(
+    [x, weight, bias]: [FloatTensor<Autodiff<B, C>>; 3],
+    kernels: KernelOptions,
+) -> FloatTensor<Autodiff<B, C>> {
+    /// The backward step, with the forward pass's kernel options.
+    #[derive(Debug)]
+    struct LogitsBackward(KernelOptions);
+
+    impl<B: FusedHeadBackend> Backward<B, 3> for LogitsBackward {
+        /// X and W as checkpointed parents, and H `[B, C]`.
+        type State = (NodeId, NodeId, FloatTensor<B>);
+
+        fn backward(
+            self,
+            ops: Ops<Self::State, 3>,
+            grads: &mut Gradients,
+            checkpointer: &mut Checkpointer,
+        ) {
+            use burn::tensor::{Tensor, TensorPrimitive};
+            let (parents, wanted) = parents_of(&ops);
+            let grad = grads.consume::<B>(&ops.node); // [B, C], the upstream gradient of H
+            let (x_id, weight_id, h) = ops.state;
+            let x: FloatTensor<B> = checkpointer.retrieve_node_output(x_id); // [B, I]
+            let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight_id); // [C, I]
+            let h = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(h)); // [B, C]
+            let one = Tensor::<B, 1>::ones([1], (&h.device(), h.dtype()));
+            let (h, one) = (h.into_primitive().tensor(), one.into_primitive().tensor());
+            let out = B::head_backward(x, weight, h, grad, one, wanted, self.0);
+            register::<B>(grads, parents, out, |g| g);
+        }
+    }
+
+    match LogitsBackward(kernels)
+        .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(mut prep) => {
+            let x_id = prep.checkpoint(&x);
+            let weight_id = prep.checkpoint(&weight);
+            let h = B::head_logits(x.primitive, weight.primitive, bias.primitive, kernels);
+            prep.finish((x_id, weight_id, h.clone()), h)
+        }
+        OpsKind::UnTracked(prep) => {
+            let h = B::head_logits(x.primitive, weight.primitive, bias.primitive, kernels);
+            prep.finish(h)
         }
     }
 }

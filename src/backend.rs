@@ -237,7 +237,9 @@ pub trait FusedHeadBackend: Backend {
     /// stage 1 ([`head_linear_relu_forward`](Self::head_linear_relu_forward)), its H for ReLU
     /// and its Z for the identity, exact whatever the precision; the CubeCL backends run the
     /// fused forward kernels without the loss (C <= 32: one pass over X; C > 32: the tiled
-    /// product, on TF32 tensor cores with [`HeadPrecision::Tf32`] where the device has them).
+    /// product, on TF32 tensor cores with [`HeadPrecision::Tf32`] where the device has them);
+    /// [`Autodiff`](burn::backend::Autodiff) tracks its inner backend's, with
+    /// [`head_backward`](Self::head_backward) as the backward step.
     fn head_logits(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

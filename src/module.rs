@@ -128,8 +128,8 @@ pub struct FusedLinearCrossEntropy<B: Backend> {
 impl<B: FusedHeadBackend> FusedLinearCrossEntropy<B> {
     /// The head's output `H = act(X W^T + b)`, `[.., C]` for X `[.., I]`, as
     /// `Linear::forward` (the logits themselves with the identity); its argmax over the last
-    /// dim is the prediction. Runs the op's forward kernels on an inner backend, stock ops
-    /// under autodiff.
+    /// dim is the prediction. Runs the op's forward kernels in the head's precision, tracked
+    /// under autodiff (the backward step is the op's backward kernels).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         logits(x, self.weight.val(), self.bias(), self.options.kernels())
     }

@@ -170,9 +170,8 @@ fn plain_of(options: &HeadOptions) -> HeadOptions {
         .with_chunk_elements(options.chunk_elements)
 }
 
-/// `H = act(X W^T + b)` `[.., C]` for X `[.., I]`: what the module's `forward` returns. On an
-/// inner backend (no autodiff) this runs the op's kernels; on an `Autodiff` backend it runs
-/// stock ops, which autodiff differentiates as usual.
+/// `H = act(X W^T + b)` `[.., C]` for X `[.., I]`: what the module's `forward` returns, from
+/// the backend's `head_logits` (the op's kernels; tracked on an `Autodiff` backend).
 pub(crate) fn logits<B: FusedHeadBackend, const D: usize>(
     x: Tensor<B, D>,
     weight: Tensor<B, 2>,

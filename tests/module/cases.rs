@@ -571,3 +571,59 @@ fn exact_head<K: Backend>(
         options: HeadOptions::new().with_activation(activation),
     }
 }
+
+/// `forward` under autodiff: the inner backend's logits bit for bit (the op's kernels in the
+/// head's precision, not stock ops), and the gradients of `sum(H V)` those of the same ReLU
+/// layer in f64 on NdArray; small and large C.
+#[test]
+fn forward_under_autodiff_is_the_kernels_logits_and_their_gradients() {
+    use burn_fused_head_testing::gates::{gate, values};
+    type A = burn::backend::Autodiff<B>;
+    type R = burn::backend::Autodiff<burn::backend::NdArray<f64>>;
+    let device = &device();
+    let reference = &burn::backend::ndarray::NdArrayDevice::Cpu;
+    for classes in [9, 40] {
+        let data = HeadData::random(37, 11, 7, classes);
+        let v: Vec<f32> = (0..11 * classes)
+            .map(|k| ((k % 5) as f32 - 2.0) * 0.5)
+            .collect();
+        let (x, w, b, _) = data.tensors::<A>(device, DType::F32);
+        let head = exact_head(w.clone(), b.clone(), HeadActivation::Relu);
+        let x = x.require_grad();
+        let h = head.forward(x.clone()); // [B, C]
+        let (xi, wi, bi, _) = data.tensors::<B>(device, DType::F32);
+        let inner = exact_head(wi, bi, HeadActivation::Relu).forward(xi);
+        assert_eq!(
+            h.clone().inner().into_data(),
+            inner.into_data(),
+            "C = {classes}: H"
+        );
+        let vt = Tensor::<A, 2>::from_data(
+            burn::tensor::TensorData::new(v.clone(), [11, classes]),
+            (device, DType::F32),
+        );
+        let grads = (h * vt).sum().backward();
+        let (got_dx, got_dw) = (
+            values(x.grad(&grads).unwrap()),
+            values(head.weight.grad(&grads).unwrap()),
+        );
+        let got_db = values(head.bias.as_ref().unwrap().grad(&grads).unwrap());
+        // The same in f64.
+        let (x, w, b, _) = data.tensors::<R>(reference, DType::F64);
+        let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+        let z = x.clone().matmul(w.clone().transpose()) + b.clone().unsqueeze_dim(0);
+        let h = z.clone().mask_fill(z.lower_equal_elem(0.0), 0.0);
+        let vt = Tensor::<R, 2>::from_data(
+            burn::tensor::TensorData::new(v, [11, classes]).convert::<f64>(),
+            (reference, DType::F64),
+        );
+        let grads = (h * vt).sum().backward();
+        for report in [
+            gate("dX", &got_dx, &values(x.grad(&grads).unwrap())),
+            gate("dW", &got_dw, &values(w.grad(&grads).unwrap())),
+            gate("db", &got_db, &values(b.grad(&grads).unwrap())),
+        ] {
+            assert!(report.passed(), "C = {classes}: {report}");
+        }
+    }
+}
