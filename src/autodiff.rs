@@ -15,8 +15,9 @@ use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::backend::{
-    FusedHeadBackend, HeadGradients, HeadLimits, HeadStep, HeadWanted, KernelOptions,
-    forward_with_rows, materialized, materialized_backward, predictions_of, streams,
+    FusedHeadBackend, HeadExtraOutputs, HeadExtras, HeadGradients, HeadLimits, HeadStep,
+    HeadTokenStats, HeadWanted, KernelOptions, RowTerms, forward_with_rows, materialized,
+    materialized_backward, predictions_of, streams,
 };
 use crate::options::{HeadOptions, HeadReduction};
 use crate::rows::{denominator, reduce, row_upstream, rows, sums_dtype, weighted_rows};
@@ -55,13 +56,30 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
         bias: FloatTensor<Self>,
         targets: IntTensor<Self>,
         options: &HeadOptions,
-        predict: bool,
-    ) -> (FloatTensor<Self>, Option<IntTensor<Self>>) {
-        if options.is_plain() {
-            tracked::<B, C>(x, weight, bias, targets, options.kernels(), predict)
+        extras: HeadExtras,
+    ) -> (FloatTensor<Self>, HeadExtraOutputs<Self>) {
+        let (loss, outputs) = if options.is_plain() && !extras.token_stats {
+            let kernels = options.kernels();
+            let (loss, predictions) =
+                tracked::<B, C>(x, weight, bias, targets, kernels, extras.predictions);
+            (loss, HeadExtraOutputs::predictions(predictions))
         } else {
-            with_options::<B, C>([x, weight, bias], targets, options, predict)
-        }
+            with_options::<B, C>([x, weight, bias], targets, options, extras)
+        };
+        // The extras are never tracked: B's tensors, as Autodiff's own int tensors are, and
+        // the statistics as untracked floats.
+        let token_stats = outputs.token_stats.map(|s| HeadTokenStats {
+            log_sum_exp: untracked_float::<B, C>(s.log_sum_exp),
+            target_log_prob: untracked_float::<B, C>(s.target_log_prob),
+            entropy: untracked_float::<B, C>(s.entropy),
+        });
+        (
+            loss,
+            HeadExtraOutputs {
+                predictions: outputs.predictions,
+                token_stats,
+            },
+        )
     }
 }
 
@@ -180,8 +198,9 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
                 labels,
                 kernels,
             );
-            let predictions =
-                predict.then(|| predictions_of::<B>(fwd.z.clone(), kernels.activation, dtype));
+            let predictions = predict.then(|| {
+                predictions_of::<B>(fwd.z.clone(), RowTerms::new(kernels.activation), dtype)
+            });
             let loss = prep.finish((x_id, weight_id, fwd.z, fwd.dh), fwd.loss);
             (loss, predictions)
         }
@@ -280,23 +299,24 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
     [x, weight, bias]: [FloatTensor<Autodiff<B, C>>; 3],
     labels: IntTensor<Autodiff<B, C>>,
     options: &HeadOptions,
-    predict: bool,
-) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
+    extras: HeadExtras,
+) -> (FloatTensor<Autodiff<B, C>>, HeadExtraOutputs<B>) {
     let (dtype, shape) = (x.primitive.dtype(), x.primitive.shape());
     let (batch, inputs, classes) = (shape[0], shape[1], weight.primitive.shape()[0]);
     let label_dtype = labels.dtype();
     let nodes = [x.node.clone(), weight.node.clone(), bias.node.clone()];
     let wanted = wanted([&x, &weight, &bias].map(|t| !t.node.requirement.is_none()));
     let kernels = options.kernels();
+    let predict = extras.predictions;
     let rows = rows::<B>(labels, options, classes, sums_dtype(dtype));
     let denominator = denominator(&rows, options);
     let untracked = |x, weight, bias| {
         let inputs = [x, weight, bias];
-        forward_with_rows::<B>(inputs, &rows, denominator.clone(), options, predict)
+        forward_with_rows::<B>(inputs, &rows, denominator.clone(), options, extras)
     };
     let finish = |t: burn::tensor::Tensor<B, 1>| t.cast(dtype).into_primitive().tensor();
 
-    if !streams::<B>(options, batch, inputs, classes) {
+    if !streams::<B>(options, extras, batch, inputs, classes) {
         return match (Materialized {
             reduction: options.reduction,
             kernels,
@@ -309,18 +329,23 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
                 let x_id = prep.checkpoint(&x);
                 let weight_id = prep.checkpoint(&weight);
                 let inputs = [x.primitive, weight.primitive, bias.primitive];
-                let (z, l, g) = materialized::<B>(inputs, &rows, options, kernels);
-                let predictions = predict
-                    .then(|| predictions_of::<B>(z.clone(), kernels.activation, label_dtype));
-                let out = reduce(l, denominator.clone(), options.reduction);
+                let m = materialized::<B>(inputs, &rows, options, kernels, extras.token_stats);
+                let terms = options.row_terms(false);
+                let predictions =
+                    predict.then(|| predictions_of::<B>(m.z.clone(), terms, label_dtype));
+                let out = reduce(m.losses, denominator.clone(), options.reduction);
                 let denominator = denominator.map(|d| d.into_primitive().tensor());
                 let ignored = rows.ignored.clone().into_primitive();
-                let state = (x_id, weight_id, z, g, denominator, ignored);
-                (prep.finish(state, finish(out)), predictions)
+                let state = (x_id, weight_id, m.z, m.gradients, denominator, ignored);
+                let outputs = HeadExtraOutputs {
+                    predictions,
+                    token_stats: m.token_stats,
+                };
+                (prep.finish(state, finish(out)), outputs)
             }
             OpsKind::UnTracked(prep) => {
-                let (out, predictions) = untracked(x.primitive, weight.primitive, bias.primitive);
-                (prep.finish(out), predictions)
+                let (out, outputs) = untracked(x.primitive, weight.primitive, bias.primitive);
+                (prep.finish(out), outputs)
             }
         };
     }
@@ -342,11 +367,12 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
                 let out = B::head_step(inputs.0, inputs.1, inputs.2, inputs.3, step, kernels);
                 let l = weighted_rows(out.loss, &rows);
                 let state = (x, weight, bias, labels, row_weight);
-                (prep.finish(state, finish(l)), out.predictions)
+                let outputs = HeadExtraOutputs::predictions(out.predictions);
+                (prep.finish(state, finish(l)), outputs)
             }
             OpsKind::UnTracked(prep) => {
-                let (out, predictions) = untracked(x.primitive, weight.primitive, bias.primitive);
-                (prep.finish(out), predictions)
+                let (out, outputs) = untracked(x.primitive, weight.primitive, bias.primitive);
+                (prep.finish(out), outputs)
             }
         };
     }
@@ -376,11 +402,12 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
             );
             let l = weighted_rows(out.loss, &rows);
             let result = reduce(l, denominator, options.reduction);
-            (prep.finish(out.gradients, finish(result)), out.predictions)
+            let outputs = HeadExtraOutputs::predictions(out.predictions);
+            (prep.finish(out.gradients, finish(result)), outputs)
         }
         OpsKind::UnTracked(prep) => {
-            let (out, predictions) = untracked(x.primitive, weight.primitive, bias.primitive);
-            (prep.finish(out), predictions)
+            let (out, outputs) = untracked(x.primitive, weight.primitive, bias.primitive);
+            (prep.finish(out), outputs)
         }
     }
 }
@@ -516,4 +543,12 @@ fn scale<B: FusedHeadBackend>(grad: FloatTensor<B>, g: FloatTensor<B>) -> FloatT
             .into_primitive(),
     };
     out.tensor()
+}
+
+/// B's float tensor as an untracked tensor of `Autodiff<B, C>` (a leaf that requires no
+/// gradient).
+fn untracked_float<B: FusedHeadBackend, C: CheckpointStrategy>(
+    t: FloatTensor<B>,
+) -> FloatTensor<Autodiff<B, C>> {
+    FloatTensor::<Autodiff<B, C>>::new(t)
 }

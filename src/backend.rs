@@ -18,9 +18,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-pub use crate::options::KernelOptions;
 use crate::options::{HeadActivation, HeadOptions, HeadPrecision};
+pub use crate::options::{KernelOptions, RowTerms};
 use crate::pairwise;
+pub use crate::rows::{HeadRowLosses, HeadTokenStats};
 use crate::rows::{Rows, denominator, reduce, rows, sums_dtype, weighted_rows};
 
 /// What the forward pass keeps for the backward pass.
@@ -144,8 +145,8 @@ pub struct HeadStepOutput<B: Backend> {
     /// The wanted gradients, for a unit upstream gradient.
     pub gradients: HeadGradients<B>,
     /// Where asked for, each row's predicted class `[B]` in the targets' int dtype: the
-    /// argmax of `H = act(X W^T + b)`, the first class of the row's largest value (a row with
-    /// a NaN gets an unspecified class; its loss is NaN).
+    /// argmax of `act(X W^T + b)`, the first class of the row's largest value (a row with a
+    /// NaN gets an unspecified class; its loss is NaN).
     pub predictions: Option<IntTensor<B>>,
 }
 
@@ -157,6 +158,35 @@ pub struct HeadLimits {
     /// The largest element count of any one tensor (X, W, Z, dX...) the implementation indexes
     /// correctly. The CubeCL kernels use 32-bit addressing.
     pub max_elements: usize,
+}
+
+/// What the op ([`FusedHeadBackend::head_cross_entropy`]) returns besides the loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeadExtras {
+    /// Each row's predicted class.
+    pub predictions: bool,
+    /// Each row's statistics ([`HeadTokenStats`]).
+    pub token_stats: bool,
+}
+
+/// What [`FusedHeadBackend::head_cross_entropy`] gives besides the loss: what
+/// [`HeadExtras`] asked for, never tracked.
+#[derive(Debug, Clone)]
+pub struct HeadExtraOutputs<B: Backend> {
+    /// Each row's predicted class `[B]`, in the targets' int dtype.
+    pub predictions: Option<IntTensor<B>>,
+    /// Each row's statistics, `[B]` each (f32, or f64 for f64 inputs).
+    pub token_stats: Option<HeadTokenStats<B>>,
+}
+
+impl<B: Backend> HeadExtraOutputs<B> {
+    /// The predictions alone (or nothing).
+    pub fn predictions(predictions: Option<IntTensor<B>>) -> Self {
+        Self {
+            predictions,
+            token_stats: None,
+        }
+    }
 }
 
 /// A Burn backend that runs the fused linear cross-entropy.
@@ -459,52 +489,46 @@ pub trait FusedHeadBackend: Backend {
         }
     }
 
-    /// The row algebra of the cross-entropy options on `H = act(Z)`, Z `[B, C]`: the per-row
-    /// losses `L` `[B]` (f32, or f64 for f64 inputs) and their gradients `G = dL[r]/dH[r]`
-    /// `[B, C]` (Z's dtype), for the materialized path. `targets` `[B]` have the ignored rows'
-    /// mapped to 0; `row_weight` is `w[y]` per row (0 ignored, NaN for a target outside
-    /// `[0, C)`), `keep` 0 for an ignored row and 1 elsewhere; `class_weights` `[C]` and
-    /// `smoothing` as in [`HeadOptions`]. The default is stock ops; `Fusion` runs its inner
+    /// The row algebra of the cross-entropy options on `A = act(Z)`, Z `[B, C]`: the per-row
+    /// losses `L` `[B]` (f32, or f64 for f64 inputs), their gradients `G = dL[r]/dA[r]`
+    /// `[B, C]` (Z's dtype) and, with `terms.token_stats`, each row's statistics, for the
+    /// materialized path. `targets` `[B]` have the ignored rows' mapped to 0; `row_weight` is
+    /// `w[y]` per row (0 ignored, NaN for a target outside `[0, C)`), `keep` 0 for an ignored
+    /// row and 1 elsewhere; `class_weights` `[C]` as in [`HeadOptions`]; `terms` the smoothing
+    /// and the logit terms ([`RowTerms`]). The default is stock ops; `Fusion` runs its inner
     /// backend's as one operation.
     fn head_row_losses(
         z: FloatTensor<Self>,
         targets: IntTensor<Self>,
         row_weight_and_keep: [FloatTensor<Self>; 2],
         class_weights: Option<FloatTensor<Self>>,
-        smoothing: f32,
-        activation: HeadActivation,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        crate::rows::row_losses::<Self>(
-            z,
-            targets,
-            row_weight_and_keep,
-            class_weights,
-            smoothing,
-            activation,
-        )
+        terms: RowTerms,
+    ) -> HeadRowLosses<Self> {
+        crate::rows::row_losses::<Self>(z, targets, row_weight_and_keep, class_weights, terms)
     }
 
-    /// The op: the cross-entropy of `act(X W^T + b)` against the targets under `options`
-    /// (`[1]`, or `[B]` for [`HeadReduction::None`](crate::HeadReduction)) and, with
-    /// `predict`, each row's predicted class `[B]`; B > 0 where the options are not plain.
-    /// What [`crate::fused_linear_cross_entropy`] runs. The default computes the result
-    /// alone: plain options through [`head_step`](Self::head_step), others through the
-    /// streamed path's row weights or the materialized path.
-    /// [`Autodiff`](burn::backend::Autodiff) overrides it with a tracked op.
+    /// The op: the cross-entropy of the logits against the targets under `options` (`[1]`, or
+    /// `[B]` for [`HeadReduction::None`](crate::HeadReduction)) and what `extras` asks for
+    /// besides; B > 0 where the options are not plain or the statistics are asked for. What
+    /// [`crate::fused_linear_cross_entropy`] runs. The default computes the result alone:
+    /// plain options through [`head_step`](Self::head_step), others through the streamed
+    /// path's row weights or the materialized path (the statistics and the logit terms
+    /// always through the latter). [`Autodiff`](burn::backend::Autodiff) overrides it with a
+    /// tracked op.
     fn head_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         targets: IntTensor<Self>,
         options: &HeadOptions,
-        predict: bool,
-    ) -> (FloatTensor<Self>, Option<IntTensor<Self>>) {
-        if options.is_plain() {
-            let step = HeadStep::loss().with_predictions(predict);
+        extras: HeadExtras,
+    ) -> (FloatTensor<Self>, HeadExtraOutputs<Self>) {
+        if options.is_plain() && !extras.token_stats {
+            let step = HeadStep::loss().with_predictions(extras.predictions);
             let out = Self::head_step(x, weight, bias, targets, step, options.kernels());
-            return (out.loss, out.predictions);
+            return (out.loss, HeadExtraOutputs::predictions(out.predictions));
         }
-        forward_only::<Self>([x, weight, bias], targets, options, predict)
+        forward_only::<Self>([x, weight, bias], targets, options, extras)
     }
 }
 
@@ -520,8 +544,8 @@ pub(crate) fn forward_then_backward<B: FusedHeadBackend>(
 ) -> HeadStepOutput<B> {
     let dtype = targets.dtype();
     let fwd = B::head_forward(x.clone(), weight.clone(), bias, targets, kernels);
-    let predictions =
-        predict.then(|| predictions_of::<B>(fwd.z.clone(), kernels.activation, dtype));
+    let predictions = predict
+        .then(|| predictions_of::<B>(fwd.z.clone(), RowTerms::new(kernels.activation), dtype));
     if !wanted.any() {
         return HeadStepOutput {
             loss: fwd.loss,
@@ -539,16 +563,27 @@ pub(crate) fn forward_then_backward<B: FusedHeadBackend>(
     }
 }
 
+/// What the materialized path's forward ([`materialized`]) gives: Z `[B, C]`, the per-row
+/// losses L `[B]`, their gradients G `[B, C]` and, where asked, each row's statistics.
+pub(crate) struct Materialized<B: Backend> {
+    pub z: FloatTensor<B>,
+    pub losses: Tensor<B, 1>,
+    pub gradients: FloatTensor<B>,
+    pub token_stats: Option<HeadTokenStats<B>>,
+}
+
 /// The materialized path's forward on `B`: Z `[B, C]` from the fast path's logits (exact or
-/// TF32 as `kernels` says), then B's [`FusedHeadBackend::head_row_losses`]. Returns
-/// `(Z, L [B], G [B, C])`, all in [`sums_dtype`]: half-precision inputs run in f32 (their
-/// products exact), and the backward casts the gradients back to the inputs' dtype.
+/// TF32 as `kernels` says), then B's [`FusedHeadBackend::head_row_losses`] with the options'
+/// [`RowTerms`] (and the statistics with `token_stats`). Everything in [`sums_dtype`]:
+/// half-precision inputs run in f32 (their products exact), and the backward casts the
+/// gradients back to the inputs' dtype.
 pub(crate) fn materialized<B: FusedHeadBackend>(
     [x, weight, bias]: [FloatTensor<B>; 3],
     rows: &Rows<B>,
     loss: &HeadOptions,
     kernels: KernelOptions,
-) -> (FloatTensor<B>, Tensor<B, 1>, FloatTensor<B>) {
+    token_stats: bool,
+) -> Materialized<B> {
     let dtype = x.dtype();
     let (x, weight, bias) = (to_sums::<B>(x), to_sums::<B>(weight), to_sums::<B>(bias));
     let logits = for_sums(kernels, dtype).with_activation(HeadActivation::Identity);
@@ -560,16 +595,22 @@ pub(crate) fn materialized<B: FusedHeadBackend>(
             .into_primitive()
             .tensor()
     });
-    let (l, g) = B::head_row_losses(
+    let terms = loss
+        .row_terms(token_stats)
+        .with_activation(kernels.activation);
+    let out = B::head_row_losses(
         z.clone(),
         rows.labels.clone().into_primitive(),
         [rows.weight.clone(), rows.keep.clone()].map(|t| t.into_primitive().tensor()),
         class_weights,
-        loss.smoothing.unwrap_or(0.0),
-        kernels.activation,
+        terms,
     );
-    let l = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(l));
-    (z, l, g)
+    Materialized {
+        z,
+        losses: Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(out.losses)),
+        gradients: out.gradients,
+        token_stats: out.token_stats,
+    }
 }
 
 /// The materialized path's backward: `dH = G u` with `u` `[B]` (each row's upstream
@@ -649,29 +690,34 @@ fn for_sums(kernels: KernelOptions, dtype: DType) -> KernelOptions {
 }
 
 /// Whether `options` run on the streamed path of `B` for X `[batch, inputs]` and C classes:
-/// where B computes the gradients in the forward pass, and without smoothing.
+/// where B computes the gradients in the forward pass, without smoothing, logit terms or
+/// per-row statistics (`extras`).
 pub(crate) fn streams<B: FusedHeadBackend>(
     options: &HeadOptions,
+    extras: HeadExtras,
     batch: usize,
     inputs: usize,
     classes: usize,
 ) -> bool {
-    options.epsilon() == 0.0 && B::head_gradients_in_forward(batch, inputs, classes)
+    options.epsilon() == 0.0
+        && !options.has_logit_terms()
+        && !extras.token_stats
+        && B::head_gradients_in_forward(batch, inputs, classes)
 }
 
 /// The result of `options` without gradients on `B` (an inner backend, or an untracked
-/// call), and with `predict` the predictions: the streamed path's per-row losses where it
-/// runs, else the materialized forward.
+/// call), and what `extras` asks for: the streamed path's per-row losses where it runs, else
+/// the materialized forward.
 pub(crate) fn forward_only<B: FusedHeadBackend>(
     [x, weight, bias]: [FloatTensor<B>; 3],
     targets: IntTensor<B>,
     options: &HeadOptions,
-    predict: bool,
-) -> (FloatTensor<B>, Option<IntTensor<B>>) {
+    extras: HeadExtras,
+) -> (FloatTensor<B>, HeadExtraOutputs<B>) {
     let classes = weight.shape()[0];
     let rows = rows::<B>(targets, options, classes, sums_dtype(x.dtype()));
     let denominator = denominator(&rows, options);
-    forward_with_rows::<B>([x, weight, bias], &rows, denominator, options, predict)
+    forward_with_rows::<B>([x, weight, bias], &rows, denominator, options, extras)
 }
 
 /// [`forward_only`] from the targets' [`Rows`] and the mean's denominator, already made.
@@ -680,26 +726,39 @@ pub(crate) fn forward_with_rows<B: FusedHeadBackend>(
     rows: &Rows<B>,
     denominator: Option<Tensor<B, 1>>,
     options: &HeadOptions,
-    predict: bool,
-) -> (FloatTensor<B>, Option<IntTensor<B>>) {
+    extras: HeadExtras,
+) -> (FloatTensor<B>, HeadExtraOutputs<B>) {
     let (dtype, [batch, inputs]) = (x.dtype(), dims2(&x.shape()));
     let classes = weight.shape()[0];
     let kernels = options.kernels();
-    let (l, predictions) = if streams::<B>(options, batch, inputs, classes) {
+    let (l, outputs) = if streams::<B>(options, extras, batch, inputs, classes) {
         let step = HeadStep::loss()
-            .with_predictions(predict)
+            .with_predictions(extras.predictions)
             .with_row_weights(rows.weight.clone().into_primitive().tensor());
         let targets = rows.labels.clone().into_primitive();
         let out = B::head_step(x, weight, bias, targets, step, kernels);
-        (weighted_rows(out.loss, rows), out.predictions)
+        let outputs = HeadExtraOutputs::predictions(out.predictions);
+        (weighted_rows(out.loss, rows), outputs)
     } else {
-        let (z, l, _) = materialized::<B>([x, weight, bias], rows, options, kernels);
+        let m = materialized::<B>(
+            [x, weight, bias],
+            rows,
+            options,
+            kernels,
+            extras.token_stats,
+        );
         let label_dtype = rows.labels.dtype();
-        let predictions = predict.then(|| predictions_of::<B>(z, kernels.activation, label_dtype));
-        (l, predictions)
+        let predictions = extras
+            .predictions
+            .then(|| predictions_of::<B>(m.z, options.row_terms(false), label_dtype));
+        let outputs = HeadExtraOutputs {
+            predictions,
+            token_stats: m.token_stats,
+        };
+        (m.losses, outputs)
     };
     let out = reduce(l, denominator, options.reduction);
-    (out.cast(dtype).into_primitive().tensor(), predictions)
+    (out.cast(dtype).into_primitive().tensor(), outputs)
 }
 
 /// The default of [`FusedHeadBackend::head_step`] with row weights: the materialized path
@@ -715,20 +774,20 @@ pub(crate) fn weighted_step<B: FusedHeadBackend>(
     let dtype = x.dtype();
     let label_dtype = targets.dtype();
     let classes = weight.shape()[0];
-    let plain = HeadOptions::new();
+    let plain = HeadOptions::new().with_activation(kernels.activation);
     let rows = rows::<B>(targets, &plain, classes, sums_dtype(dtype));
     let inputs = [x.clone(), weight.clone(), bias];
-    let (z, l, g) = materialized::<B>(inputs, &rows, &plain, kernels);
-    let predictions =
-        predict.then(|| predictions_of::<B>(z.clone(), kernels.activation, label_dtype));
+    let m = materialized::<B>(inputs, &rows, &plain, kernels, false);
+    let terms = RowTerms::new(kernels.activation);
+    let predictions = predict.then(|| predictions_of::<B>(m.z.clone(), terms, label_dtype));
     let gradients = if wanted.any() {
         let rho = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(rho));
-        materialized_backward::<B>([x, weight, z], g, rho, wanted, kernels)
+        materialized_backward::<B>([x, weight, m.z], m.gradients, rho, wanted, kernels)
     } else {
         HeadGradients::none()
     };
     HeadStepOutput {
-        loss: l.into_primitive().tensor(),
+        loss: m.losses.into_primitive().tensor(),
         gradients,
         predictions,
     }
@@ -759,12 +818,13 @@ fn zeros_or_empty<B: Backend, const D: usize>(
     }
 }
 
-/// The predicted class of each row of `act(Z)`, `[B]` of int dtype `dtype`, from stock ops: the
-/// first class of the row's largest value (the rule of the CubeCL row kernel, written out
+/// The predicted class of each row of `s act(Z)` (`terms`' activation and logit scale; its
+/// softcap left out), `[B]` of int dtype `dtype`, from stock ops: the first class of the
+/// row's largest value (the rule of the CubeCL row kernel, written out
 /// rather than left to a backend's `argmax`).
 pub(crate) fn predictions_of<B: Backend>(
     z: FloatTensor<B>,
-    activation: HeadActivation,
+    terms: RowTerms,
     dtype: DType,
 ) -> IntTensor<B> {
     let z = float::<B, 2>(z); // [B, C]
@@ -773,10 +833,12 @@ pub(crate) fn predictions_of<B: Backend>(
     if batch == 0 {
         return Tensor::<B, 1, Int>::empty([0], (&device, dtype)).into_primitive();
     }
-    let h = match activation {
-        HeadActivation::Relu => z.clone().mask_fill(z.lower_equal_elem(0), 0),
-        HeadActivation::Identity => z,
-    }; // [B, C]
+    // The softcap keeps the order, and in f32 it ties the logits it saturates: left out.
+    let terms = RowTerms {
+        softcap: None,
+        ..terms
+    };
+    let (h, _) = crate::rows::logits_seen(z, terms); // [B, C]
     let top = h.clone().max_dim(1).expand([batch, classes]); // [B, C]
     let class = Tensor::<B, 1, Int>::arange(0..classes as i64, &device)
         .unsqueeze_dim::<2>(0)

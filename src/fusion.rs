@@ -15,8 +15,8 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
 use crate::backend::{
-    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadStep, HeadStepOutput, HeadWanted,
-    KernelOptions,
+    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadRowLosses, HeadStep,
+    HeadStepOutput, HeadTokenStats, HeadWanted, KernelOptions, RowTerms,
 };
 use crate::options::{HeadActivation, HeadPrecision};
 
@@ -440,39 +440,55 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         targets: IntTensor<Self>,
         [row_weight, keep]: [FloatTensor<Self>; 2],
         class_weights: Option<FloatTensor<Self>>,
-        smoothing: f32,
-        activation: HeadActivation,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        terms: RowTerms,
+    ) -> HeadRowLosses<Self> {
         let [batch, classes] = dims2("head_row_losses", "Z [B, C]", &z);
-        let outputs = [
-            (Shape::new([batch]), crate::rows::sums_dtype(z.dtype)),
+        let sums = crate::rows::sums_dtype(z.dtype);
+        let mut outputs = vec![
+            (Shape::new([batch]), sums),
             (Shape::new([batch, classes]), z.dtype),
         ];
-        let id = match activation {
+        if terms.token_stats {
+            outputs.extend([(); 3].map(|_| (Shape::new([batch]), sums)));
+        }
+        let id = match terms.activation {
             HeadActivation::Relu => "fused_head_row_losses",
             HeadActivation::Identity => "fused_head_row_losses_identity",
         };
         let weighted = class_weights.is_some();
         let mut inputs = vec![z, targets, row_weight, keep];
         inputs.extend(class_weights);
-        let [l, g]: [_; 2] = call::<B>(id, inputs, &outputs, false, move |ins| {
+        let outputs = call::<B>(id, inputs, &outputs, false, move |ins| {
             let mut ins = ins.into_iter();
             let mut next = || ins.next().expect("an input");
             let (z, targets, row_weight, keep) = (next().float(), next().int(), next(), next());
             let class_weights = weighted.then(|| next().float());
-            let (l, g) = B::head_row_losses(
+            let out = B::head_row_losses(
                 z,
                 targets,
                 [row_weight.float(), keep.float()],
                 class_weights,
-                smoothing,
-                activation,
+                terms,
             );
-            vec![Prim::Float(l), Prim::Float(g)]
-        })
-        .try_into()
-        .expect("two outputs");
-        (l, g)
+            let mut outs = vec![Prim::Float(out.losses), Prim::Float(out.gradients)];
+            if let Some(s) = out.token_stats {
+                outs.extend([s.log_sum_exp, s.target_log_prob, s.entropy].map(Prim::Float));
+            }
+            outs
+        });
+        let mut outputs = outputs.into_iter();
+        let mut next = || outputs.next().expect("an output");
+        let (losses, gradients) = (next(), next());
+        let token_stats = terms.token_stats.then(|| HeadTokenStats {
+            log_sum_exp: next(),
+            target_log_prob: next(),
+            entropy: next(),
+        });
+        HeadRowLosses {
+            losses,
+            gradients,
+            token_stats,
+        }
     }
 }
 

@@ -11,7 +11,8 @@
 //! ```
 //!
 //! with PyTorch's cross-entropy options (ignored targets, class weights, label smoothing, the
-//! mean, sum or per-row losses). Where the classes are many (C > 32 on the CubeCL backends) the
+//! mean, sum or per-row losses) and a language model's (a logit scale, softcapping, the
+//! z-loss, each row's log-sum-exp, target log-probability and entropy). Where the classes are many (C > 32 on the CubeCL backends) the
 //! logits `[B, C]` are never held in memory: the batch is streamed in chunks of rows and the
 //! gradients come out of the forward pass.
 //!
@@ -22,8 +23,9 @@
 //!   shaped as `nn::Linear` (`forward` gives the logits, `forward_loss` the loss,
 //!   `forward_loss_and_predictions` the loss and each row's class); `From<nn::Linear>` switches
 //!   an existing model in one line.
-//! - [`fused_linear_cross_entropy`] (and [`fused_linear_cross_entropy_and_predictions`]): the
-//!   op on tensors, for a weight you hold yourself (tied to an embedding, say).
+//! - [`fused_linear_cross_entropy`] (and [`fused_linear_cross_entropy_and_predictions`],
+//!   [`fused_linear_cross_entropy_with_token_stats`]): the op on tensors, for a weight you hold
+//!   yourself (tied to an embedding, say).
 //! - [`HeadOptions`]: every option of both, in one value.
 //! - [`FusedHeadBackend`]: the backend bound of both; implemented for Burn's backends (CUDA
 //!   and wgpu with their features, NdArray always, Flex and Candle with theirs) and for
@@ -66,7 +68,8 @@ mod validate;
 pub use backend::FusedHeadBackend;
 pub use module::{FusedLinearCrossEntropy, FusedLinearCrossEntropyConfig};
 pub use ops::{
-    TargetError, fused_linear_cross_entropy, fused_linear_cross_entropy_and_predictions,
+    TargetError, TokenStats, fused_linear_cross_entropy,
+    fused_linear_cross_entropy_and_predictions, fused_linear_cross_entropy_with_token_stats,
     validate_targets,
 };
 pub use options::{HeadActivation, HeadOptions, HeadPrecision, HeadReduction};

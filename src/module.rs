@@ -8,7 +8,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
 use crate::backend::FusedHeadBackend;
-use crate::ops::{fused_linear_cross_entropy, fused_linear_cross_entropy_and_predictions, logits};
+use crate::ops::{
+    TokenStats, fused_linear_cross_entropy, fused_linear_cross_entropy_and_predictions,
+    fused_linear_cross_entropy_with_token_stats, logits,
+};
 use crate::options::{HeadActivation, HeadOptions, HeadPrecision, HeadReduction};
 
 /// Configuration of a [`FusedLinearCrossEntropy`]: `LinearConfig`'s fields and the op's
@@ -70,6 +73,9 @@ impl FusedLinearCrossEntropyConfig {
         with_class_weights: Option<Vec<f32>>,
         with_smoothing: Option<f32>,
         with_reduction: HeadReduction,
+        with_logit_scale: Option<f32>,
+        with_softcap: Option<f32>,
+        with_z_loss: Option<f32>,
         with_chunk_elements: Option<usize>,
     );
 
@@ -93,7 +99,8 @@ impl FusedLinearCrossEntropyConfig {
 }
 
 /// `nn::Linear` and a softmax cross-entropy in one fused op: `forward` gives the logits
-/// `act(X W^T + b)` as `Linear` does, `forward_loss` the loss without materializing them
+/// `act(X W^T + b)` as `Linear` does (scaled and softcapped where the options say so),
+/// `forward_loss` the loss without materializing them
 /// where the backend can avoid it. Drop it in as the last layer of a model; it works with
 /// Burn's optimizers and recorders like any module.
 ///
@@ -127,11 +134,24 @@ pub struct FusedLinearCrossEntropy<B: Backend> {
 
 impl<B: FusedHeadBackend> FusedLinearCrossEntropy<B> {
     /// The head's output `H = act(X W^T + b)`, `[.., C]` for X `[.., I]`, as
-    /// `Linear::forward` (the logits themselves with the identity); its argmax over the last
-    /// dim is the prediction. Runs the op's forward kernels in the head's precision, tracked
-    /// under autodiff (the backward step is the op's backward kernels).
+    /// `Linear::forward` (the logits themselves with the identity), times the logit scale and
+    /// softcapped where the options say so: the logits the loss's softmax sees. Its argmax
+    /// over the last dim is the prediction. Runs the op's forward kernels in the head's
+    /// precision, tracked under autodiff (the backward step is the op's backward kernels; the
+    /// scale and the softcap are stock ops).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        logits(x, self.weight.val(), self.bias(), self.options.kernels())
+        let classes = self.weight.dims()[0];
+        self.options
+            .check("FusedLinearCrossEntropy::forward", classes);
+        let h = logits(x, self.weight.val(), self.bias(), self.options.kernels());
+        let h = match self.options.logit_scale {
+            Some(s) if s != 1.0 => h * s as f64,
+            _ => h,
+        };
+        match self.options.softcap {
+            Some(cap) => (h / cap as f64).tanh() * cap as f64,
+            None => h,
+        }
     }
 
     /// The loss of `x` `[.., I]` against `targets` `[..]` (X's leading dims) under the head's
@@ -156,6 +176,18 @@ impl<B: FusedHeadBackend> FusedLinearCrossEntropy<B> {
     ) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
         let weight = self.weight.val();
         fused_linear_cross_entropy_and_predictions(x, weight, self.bias(), targets, &self.options)
+    }
+
+    /// The loss, as [`forward_loss`](Self::forward_loss), and each row's statistics
+    /// (log-sum-exp, log-probability of the target, entropy) in the targets' shape, in one
+    /// call. See [`fused_linear_cross_entropy_with_token_stats`].
+    pub fn forward_loss_and_token_stats<const D: usize, const DL: usize>(
+        &self,
+        x: Tensor<B, D>,
+        targets: Tensor<B, DL, Int>,
+    ) -> (Tensor<B, 1>, TokenStats<B, DL>) {
+        let weight = self.weight.val();
+        fused_linear_cross_entropy_with_token_stats(x, weight, self.bias(), targets, &self.options)
     }
 }
 

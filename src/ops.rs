@@ -3,7 +3,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 
-use crate::backend::FusedHeadBackend;
+use crate::backend::{FusedHeadBackend, HeadExtraOutputs, HeadExtras, HeadTokenStats};
 use crate::options::{HeadOptions, HeadReduction, KernelOptions};
 use crate::validate;
 
@@ -21,11 +21,13 @@ use crate::validate;
 /// - `bias`: b `[C]`, or `None` for none.
 /// - `targets`: class indices in `[0, C)`, in any int dtype of the backend.
 ///
-/// For row r with target y, `lp = log_softmax(act(X W^T + b)[r])`, class weights w and
-/// smoothing e (see [`HeadOptions`]):
+/// For row r with target y, the logits `H = act(X W^T + b)[r]` (times the logit scale s and
+/// softcapped, `cap tanh(s act(Z) / cap)`, where the options say so), `lp = log_softmax(H)`,
+/// `lse = log sum_c exp(H[c])`, class weights w, smoothing e and z-loss scale zeta (see
+/// [`HeadOptions`]):
 ///
 /// ```text
-/// L[r] = (1 - e) w[y] (-lp[y]) + (e / C) sum_c w[c] (-lp[c])       (0 for an ignored row)
+/// L[r] = (1 - e) w[y] (-lp[y]) + (e / C) sum_c w[c] (-lp[c]) + zeta lse^2   (0 for an ignored row)
 /// mean = sum_r L[r] / sum_r w[y_r] (the rows not ignored)     sum = sum_r L[r]     none = L
 /// ```
 ///
@@ -60,14 +62,17 @@ use crate::validate;
 /// - Paths: plain options ([`HeadOptions::is_plain`]) run the fused kernels. Without
 ///   smoothing, C > 32 on the CubeCL backends runs the streamed path with each row's weight in
 ///   its row kernel; the reduction `None` runs that pass again in the backward step (twice
-///   the products of the mean). Label smoothing, C <= 32 and the stock-op backends run the
-///   materialized path, which holds Z and the rows' gradients, two `[B, C]` tensors.
+///   the products of the mean). Label smoothing, the logit scale, the softcap, the z-loss,
+///   C <= 32 and the stock-op backends run the materialized path, which holds Z and the rows'
+///   gradients, two `[B, C]` tensors.
 ///
 /// # Panics
 /// Before anything runs, on mismatched shapes (the I of X and W, b not `[C]`, targets not
 /// X's leading dims, C = 0), inputs on different devices, float dtypes that differ or that the
 /// backend's kernels do not run, tensors too large for the kernels' addressing, class weights
-/// that are not `[C]` or not finite, a smoothing outside `[0, 1]` or a chunk budget of 0.
+/// that are not `[C]` or not finite, a smoothing outside `[0, 1]`, a logit scale that is not
+/// finite, a softcap that is not finite and > 0, a z-loss that is not finite and >= 0, or a
+/// chunk budget of 0.
 pub fn fused_linear_cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
     x: Tensor<B, D>,
     weight: Tensor<B, 2>,
@@ -76,15 +81,17 @@ pub fn fused_linear_cross_entropy<B: FusedHeadBackend, const D: usize, const DL:
     options: &HeadOptions,
 ) -> Tensor<B, 1> {
     let op = "fused_linear_cross_entropy";
-    cross_entropy(op, x, weight, bias, targets, options, false).0
+    cross_entropy(op, x, weight, bias, targets, options, HeadExtras::default()).0
 }
 
 /// [`fused_linear_cross_entropy`] and the predicted class of each row, in one call (for
-/// metrics: accuracy without a second pass over X): the argmax over C of
-/// `H = act(X W^T + b)`, the first class of the row's largest value (a row with a NaN gets an
-/// unspecified class; its loss is NaN), in the targets' shape and int dtype. At C > 32 on the
-/// CubeCL backends they come from the streamed path's row kernel, with no `[B, C]` tensor;
-/// elsewhere from the forward pass's Z. The loss, its tracking, checks and panics are
+/// metrics: accuracy without a second pass over X): the argmax over C of the logits
+/// `act(X W^T + b)` (times the logit scale: its argmin for a negative one; a softcap, which
+/// keeps the order, is left out so that saturated logits do not tie), the first class of the
+/// row's largest value (a row with a NaN gets an unspecified class; its loss is NaN), in the
+/// targets' shape and int dtype. Where the streamed path runs (C > 32 on the CubeCL
+/// backends) they come from its row kernel, with no `[B, C]` tensor; elsewhere from the
+/// forward pass's Z. The loss, its tracking, checks and panics are
 /// [`fused_linear_cross_entropy`]'s.
 pub fn fused_linear_cross_entropy_and_predictions<
     B: FusedHeadBackend,
@@ -99,12 +106,87 @@ pub fn fused_linear_cross_entropy_and_predictions<
 ) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
     let op = "fused_linear_cross_entropy_and_predictions";
     let dims = targets.dims();
-    let (loss, predictions) = cross_entropy(op, x, weight, bias, targets, options, true);
-    let predictions = predictions.expect("predictions asked for"); // [B]
+    let extras = HeadExtras {
+        predictions: true,
+        token_stats: false,
+    };
+    let (loss, outputs) = cross_entropy(op, x, weight, bias, targets, options, extras);
+    let predictions =
+        Tensor::<B, 1, Int>::from_primitive(outputs.predictions.expect("predictions asked for")); // [B]
     (loss, predictions.reshape(dims))
 }
 
-/// The op on X's rows: the result and, with `predict`, the predictions `[B]`.
+/// Each row's statistics of the logits H the softmax sees (after the activation, the logit
+/// scale and the softcap), in the targets' shape, from the pass that computes the loss: what
+/// RL and distillation losses and a training log read, without a second product. Never
+/// tracked (no gradient flows through them); in X's float dtype.
+#[derive(Debug, Clone)]
+pub struct TokenStats<B: Backend, const D: usize> {
+    /// `lse[r] = log sum_c exp(H[r, c])`, the log of the softmax's normaliser (what the z-loss
+    /// squares).
+    pub log_sum_exp: Tensor<B, D>,
+    /// `log softmax(H[r])[y_r]`, the log-probability of the row's target; 0 for an ignored
+    /// row (NaN for a target outside `[0, C)` that is not ignored).
+    pub target_log_prob: Tensor<B, D>,
+    /// `-sum_c p[c] log p[c]` with `p = softmax(H[r])`: the entropy of the row's distribution
+    /// (of every row, ignored or not).
+    pub entropy: Tensor<B, D>,
+}
+
+/// [`fused_linear_cross_entropy`] and each row's [`TokenStats`] (log-sum-exp, log-probability
+/// of the target, entropy), in one call. These run the materialized path (Z `[B, C]` held once,
+/// the statistics from the same row pass as the loss). The loss, its tracking, checks and
+/// panics are [`fused_linear_cross_entropy`]'s.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn::tensor::{Int, Tensor};
+/// use burn_fused_head::{HeadOptions, fused_linear_cross_entropy_with_token_stats};
+///
+/// let device = Default::default();
+/// let x = Tensor::<NdArray, 2>::from_floats([[1.0, 2.0], [0.5, -1.0]], &device); // [B, I]
+/// let weight = Tensor::<NdArray, 2>::from_floats([[0.1, 0.2], [0.3, -0.4]], &device); // [C, I]
+/// let targets = Tensor::<NdArray, 1, Int>::from_ints([0, 1], &device); // [B]
+/// let options = HeadOptions::new().with_z_loss(Some(1e-4));
+/// let (loss, stats) =
+///     fused_linear_cross_entropy_with_token_stats(x, weight, None, targets, &options);
+/// let z_loss = stats.log_sum_exp.powi_scalar(2).mean() * 1e-4; // the z-loss part, to log it
+/// assert_eq!(stats.entropy.dims(), [2]);
+/// ```
+pub fn fused_linear_cross_entropy_with_token_stats<
+    B: FusedHeadBackend,
+    const D: usize,
+    const DL: usize,
+>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+    targets: Tensor<B, DL, Int>,
+    options: &HeadOptions,
+) -> (Tensor<B, 1>, TokenStats<B, DL>) {
+    let op = "fused_linear_cross_entropy_with_token_stats";
+    let dims = targets.dims();
+    let extras = HeadExtras {
+        predictions: false,
+        token_stats: true,
+    };
+    let dtype = x.dtype();
+    let (loss, outputs) = cross_entropy(op, x, weight, bias, targets, options, extras);
+    let stats = outputs.token_stats.expect("the statistics asked for"); // [B] each
+    let shaped = |t| {
+        Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t))
+            .cast(dtype)
+            .reshape(dims)
+    };
+    let stats = TokenStats {
+        log_sum_exp: shaped(stats.log_sum_exp),
+        target_log_prob: shaped(stats.target_log_prob),
+        entropy: shaped(stats.entropy),
+    };
+    (loss, stats)
+}
+
+/// The op on X's rows: the result and what `extras` asks for.
 fn cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
     op: &str,
     x: Tensor<B, D>,
@@ -112,16 +194,33 @@ fn cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
     bias: Option<Tensor<B, 1>>,
     targets: Tensor<B, DL, Int>,
     options: &HeadOptions,
-    predict: bool,
-) -> (Tensor<B, 1>, Option<Tensor<B, 1, Int>>) {
+    extras: HeadExtras,
+) -> (Tensor<B, 1>, HeadExtraOutputs<B>) {
     let targets = rows_of_targets(op, &x, targets); // [B]
     let x = rows_of(op, x); // [B, I]
     let bias = bias_or_zeros(bias, &weight); // [C]
     validate::head_tensors(op, &x, &weight, &bias, Some(&targets));
     options.check(op, weight.dims()[0]);
     let batch = x.dims()[0];
-    let (device, label_dtype) = (x.device(), targets.dtype());
-    let empty_predictions = || Tensor::<B, 1, Int>::empty([0], (&device, label_dtype));
+    let (device, label_dtype, dtype) = (x.device(), targets.dtype(), x.dtype());
+    // What an empty batch gives besides the result: empty predictions and statistics.
+    let empty = |extras: HeadExtras| {
+        let float = || {
+            Tensor::<B, 1>::empty([0], (&device, dtype))
+                .into_primitive()
+                .tensor()
+        };
+        HeadExtraOutputs {
+            predictions: extras
+                .predictions
+                .then(|| Tensor::<B, 1, Int>::empty([0], (&device, label_dtype)).into_primitive()),
+            token_stats: extras.token_stats.then(|| HeadTokenStats {
+                log_sum_exp: float(),
+                target_log_prob: float(),
+                entropy: float(),
+            }),
+        }
+    };
     if batch == 0 && !options.is_plain() {
         match options.reduction {
             // The mean over no row: NaN, the plain op's own answer.
@@ -129,36 +228,41 @@ fn cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
             HeadReduction::Sum => {
                 // The sum over no row: 0, tracked (the op's gradients of an empty batch are zero).
                 let plain = plain_of(options);
-                let (nan, _) = cross_entropy(op, x, weight, Some(bias), targets, &plain, false);
-                return (
-                    nan.clone().mask_fill(nan.is_nan(), 0),
-                    Some(empty_predictions()),
-                );
+                let none = HeadExtras::default();
+                let (nan, _) = cross_entropy(op, x, weight, Some(bias), targets, &plain, none);
+                return (nan.clone().mask_fill(nan.is_nan(), 0), empty(extras));
             }
             HeadReduction::None => {
-                let none = Tensor::empty([0], (&device, x.dtype()));
-                return (none, Some(empty_predictions()));
+                let none = Tensor::empty([0], (&device, dtype));
+                return (none, empty(extras));
             }
         }
     }
-    let plain;
-    let options = if batch == 0 {
-        plain = plain_of(options);
-        &plain
-    } else {
-        options
-    };
-    let (loss, predictions) = B::head_cross_entropy(
+    if batch == 0 {
+        // The plain mean over no row (NaN), tracked; the extras empty.
+        let plain = plain_of(options);
+        let (loss, _) = B::head_cross_entropy(
+            x.into_primitive().tensor(),
+            weight.into_primitive().tensor(),
+            bias.into_primitive().tensor(),
+            targets.into_primitive(),
+            &plain,
+            HeadExtras::default(),
+        );
+        let loss = Tensor::from_primitive(TensorPrimitive::Float(loss));
+        return (loss, empty(extras));
+    }
+    let (loss, outputs) = B::head_cross_entropy(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
         bias.into_primitive().tensor(),
         targets.into_primitive(),
         options,
-        predict,
+        extras,
     );
     (
         Tensor::from_primitive(TensorPrimitive::Float(loss)),
-        predictions.map(Tensor::from_primitive),
+        outputs,
     )
 }
 

@@ -8,6 +8,9 @@
 //! L[r] = (1 - e) w[y] (-lp[y]) + (e / C) sum_c w[c] (-lp[c])       (0 for an ignored row)
 //! mean = sum_r L[r] / sum_r w[y_r]   (over the rows not ignored)   sum = sum_r L[r]   none = L
 //! ```
+//!
+//! The LM terms change the logits the softmax sees and add the z-loss: `H = s act(Z)`, then
+//! `cap tanh(H / cap)` with a softcap, and `L[r] += zeta lse[r]^2` for a row not ignored.
 
 /// The activation between the linear layer and the softmax: `H = act(X W^T + b)`.
 ///
@@ -137,6 +140,17 @@ pub struct HeadOptions {
     /// See [`HeadReduction`]. Default: the mean.
     #[config(default = "HeadReduction::Mean")]
     pub reduction: HeadReduction,
+    /// A factor s on the logits before the softmax: `H = s act(Z)` (a temperature `1 / T`, or
+    /// muP's output multiplier). Finite. Default: none (1).
+    pub logit_scale: Option<f32>,
+    /// Logit softcapping (Gemma 2): `H = cap tanh(H / cap)` after the scale, so that every
+    /// logit the softmax sees is in `(-cap, cap)`. Finite and > 0. Default: none.
+    pub softcap: Option<f32>,
+    /// The z-loss's scale zeta (PaLM; Liger's `lse_square_scale`): each row not ignored adds
+    /// `zeta lse[r]^2` to its loss, `lse[r] = log sum_c exp(H[r, c])`, which keeps the
+    /// softmax's normaliser near 1. Unweighted by the class weights; the mean divides it by the
+    /// same denominator as the rest. Finite and >= 0. Default: none (0).
+    pub z_loss: Option<f32>,
     /// The most elements of the streamed path's chunk buffer `[rows, C]` (C > 32 on the
     /// CubeCL backends): less memory, more passes over dW. At least 1; below C, chunks of one
     /// row. Default: the path's own rule (48 Mi elements, 96 Mi from C = 65536). The bits
@@ -152,13 +166,35 @@ impl Default for HeadOptions {
 
 impl HeadOptions {
     /// Whether the loss is the plain mean cross-entropy over every row (no ignored target, no
-    /// class weights, no smoothing, the mean), the op's fused kernels' own semantics.
+    /// class weights, no smoothing, the mean, no logit scale, softcap or z-loss), the op's
+    /// fused kernels' own semantics.
     pub fn is_plain(&self) -> bool {
         self.ignore_index.is_none()
             && self.pad_tokens.as_ref().is_none_or(|t| t.is_empty())
             && self.class_weights.is_none()
             && self.smoothing.is_none_or(|e| e == 0.0)
             && self.reduction == HeadReduction::Mean
+            && !self.has_logit_terms()
+    }
+
+    /// Whether a logit scale, a softcap or a z-loss is set (each runs the materialized path:
+    /// the fused kernels do not compute them).
+    pub(crate) fn has_logit_terms(&self) -> bool {
+        self.logit_scale.is_some_and(|s| s != 1.0)
+            || self.softcap.is_some()
+            || self.z_loss.is_some_and(|z| z != 0.0)
+    }
+
+    /// What the row algebra reads of these options, with the per-token statistics or without.
+    pub(crate) fn row_terms(&self, token_stats: bool) -> RowTerms {
+        RowTerms {
+            activation: self.activation,
+            smoothing: self.smoothing.unwrap_or(0.0),
+            logit_scale: self.logit_scale.unwrap_or(1.0),
+            softcap: self.softcap,
+            z_loss: self.z_loss.unwrap_or(0.0),
+            token_stats,
+        }
     }
 
     /// What the kernels read of these options.
@@ -193,6 +229,24 @@ impl HeadOptions {
             assert!(
                 (0.0..=1.0).contains(&e),
                 "{op}: HeadOptions::smoothing must be in [0, 1], got {e}"
+            );
+        }
+        if let Some(s) = self.logit_scale {
+            assert!(
+                s.is_finite(),
+                "{op}: HeadOptions::logit_scale must be finite, got {s}"
+            );
+        }
+        if let Some(cap) = self.softcap {
+            assert!(
+                cap.is_finite() && cap > 0.0,
+                "{op}: HeadOptions::softcap must be finite and > 0, got {cap}"
+            );
+        }
+        if let Some(z) = self.z_loss {
+            assert!(
+                z.is_finite() && z >= 0.0,
+                "{op}: HeadOptions::z_loss must be finite and >= 0, got {z}"
             );
         }
         assert!(
@@ -240,6 +294,51 @@ impl KernelOptions {
     }
 
     /// These options with `activation`.
+    pub fn with_activation(self, activation: HeadActivation) -> Self {
+        Self { activation, ..self }
+    }
+}
+
+/// What the row algebra ([`FusedHeadBackend::head_row_losses`](crate::FusedHeadBackend::head_row_losses))
+/// reads of [`HeadOptions`]: for row r with `A = act(Z[r])`,
+///
+/// ```text
+/// H    = s A, then cap tanh(H / cap) with a softcap      the logits the softmax sees
+/// L[r] = (1 - e) w[y] (-lp[y]) + (e / C) sum_c w[c] (-lp[c]) + zeta lse^2     (0 if ignored)
+/// ```
+///
+/// `lp = H - lse`, `lse = log sum_c exp(H[c])`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowTerms {
+    /// See [`HeadActivation`].
+    pub activation: HeadActivation,
+    /// Label smoothing e, 0 for none.
+    pub smoothing: f32,
+    /// The logit scale s, 1 for none.
+    pub logit_scale: f32,
+    /// The softcap, if any.
+    pub softcap: Option<f32>,
+    /// The z-loss's scale zeta, 0 for none.
+    pub z_loss: f32,
+    /// Whether to return each row's log-sum-exp, log-probability of its target and entropy.
+    pub token_stats: bool,
+}
+
+impl RowTerms {
+    /// The plain cross-entropy's terms after `activation`: no smoothing, no logit term, no
+    /// statistics.
+    pub fn new(activation: HeadActivation) -> Self {
+        Self {
+            activation,
+            smoothing: 0.0,
+            logit_scale: 1.0,
+            softcap: None,
+            z_loss: 0.0,
+            token_stats: false,
+        }
+    }
+
+    /// These terms after `activation`.
     pub fn with_activation(self, activation: HeadActivation) -> Self {
         Self { activation, ..self }
     }

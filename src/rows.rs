@@ -12,13 +12,15 @@
 //! by one number per row. That is what the streamed path (C > 32 on the CubeCL backends) runs,
 //! with a row weight `rho[r]` in its row kernel (`w[y] / sum w` for the mean, `w[y]` for the
 //! sum, `w[y] g[r]` for the backward step of `none`). Label smoothing needs every class's
-//! weight in the row, so it runs the materialized path.
+//! weight in the row, so it runs the materialized path, as do the LM terms of [`RowTerms`]
+//! (a logit scale and softcap on H, `zeta lse^2` added to L; [`row_losses`]) and the per-row
+//! statistics.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData, TensorPrimitive};
 
-use crate::options::{HeadActivation, HeadOptions, HeadReduction};
+use crate::options::{HeadActivation, HeadOptions, HeadReduction, RowTerms};
 use crate::pairwise;
 
 /// The per-row terms of a batch's labels under [`HeadOptions`], on the labels' device, in the
@@ -35,6 +37,31 @@ pub(crate) struct Rows<B: Backend> {
     pub ignored: Tensor<B, 1, Bool>,
     /// 0 for an ignored row, else 1.
     pub keep: Tensor<B, 1>,
+}
+
+/// What [`FusedHeadBackend::head_row_losses`](crate::FusedHeadBackend::head_row_losses)
+/// gives back.
+#[derive(Debug, Clone)]
+pub struct HeadRowLosses<B: Backend> {
+    /// The per-row losses `L` `[B]` (f32, or f64 for f64 inputs).
+    pub losses: FloatTensor<B>,
+    /// Their gradients `G = dL[r]/dA[r]` `[B, C]` of `A = act(Z)`, in Z's dtype.
+    pub gradients: FloatTensor<B>,
+    /// Where asked for, each row's statistics.
+    pub token_stats: Option<HeadTokenStats<B>>,
+}
+
+/// Each row's statistics of the logits H the softmax sees, `[B]` each (f32, or f64 for f64
+/// inputs), from the pass that computes the loss.
+#[derive(Debug, Clone)]
+pub struct HeadTokenStats<B: Backend> {
+    /// `lse[r] = log sum_c exp(H[r, c])`.
+    pub log_sum_exp: FloatTensor<B>,
+    /// `log softmax(H[r])[y_r]`, the log-probability of the row's target (0 for an ignored
+    /// row).
+    pub target_log_prob: FloatTensor<B>,
+    /// `-sum_c p[c] log p[c]`, `p = softmax(H[r])`: the entropy of the row's distribution.
+    pub entropy: FloatTensor<B>,
 }
 
 /// f64 for f64 inputs, else f32: the dtype of the per-row losses and their sums (the
@@ -94,48 +121,48 @@ pub(crate) fn rows<B: Backend>(
 }
 
 /// The default of [`FusedHeadBackend::head_row_losses`](crate::FusedHeadBackend::head_row_losses), in stock ops: the loss rows `L`
-/// `[B]` (in [`sums_dtype`]) and their gradients `G = dL[r]/dH[r]` `[B, C]` (in Z's dtype) of
-/// `H = act(Z)`, the algebra of this module's documentation. `labels`, `row_weight` (`w[y]`)
-/// and `keep` (0 for an ignored row, else 1) are [`Rows`]'s; `class_weights` `[C]` and
-/// `smoothing` are [`HeadOptions`]'s. An ignored row's L is 0 and its G is 0 (NaN where its
-/// logits are not finite, as PyTorch's); a row whose label is outside `[0, C)` (not ignored:
-/// its weight is NaN) gets NaN in both.
+/// `[B]` (in [`sums_dtype`]) and their gradients `G = dL[r]/dA[r]` `[B, C]` (in Z's dtype) of
+/// `A = act(Z)`, the algebra of this module's documentation with the logit terms of
+/// [`RowTerms`]; with `terms.token_stats`, each row's log-sum-exp, log-probability of its
+/// target and entropy `[B]` (in [`sums_dtype`]). `labels`, `row_weight` (`w[y]`) and `keep` (0
+/// for an ignored row, else 1) are [`Rows`]'s; `class_weights` `[C]` is [`HeadOptions`]'s. An
+/// ignored row's L is 0 and its G is 0 (NaN where its logits are not finite, as PyTorch's);
+/// a row whose label is outside `[0, C)` (not ignored: its weight is NaN) gets NaN in both.
 pub(crate) fn row_losses<B: Backend>(
     z: FloatTensor<B>,
     labels: IntTensor<B>,
     [row_weight, keep]: [FloatTensor<B>; 2],
     class_weights: Option<FloatTensor<B>>,
-    smoothing: f32,
-    activation: HeadActivation,
-) -> (FloatTensor<B>, FloatTensor<B>) {
+    terms: RowTerms,
+) -> HeadRowLosses<B> {
     let float1 = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
     let z = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(z)); // [B, C]
     let z_dtype = z.dtype();
     let dtype = sums_dtype(z_dtype);
     let z = z.cast(dtype);
-    let h = match activation {
-        // `Z <= 0 -> 0`, which keeps a NaN (as the op's ReLU).
-        HeadActivation::Relu => z.clone().mask_fill(z.lower_equal_elem(0), 0),
-        HeadActivation::Identity => z,
-    }; // [B, C]
+    let scale = terms.logit_scale as f64;
+    let (h, dh_da) = logits_seen(z, terms); // [B, C] each
     let classes = h.dims()[1];
     let device = h.device();
-    let e = smoothing as f64;
+    let e = terms.smoothing as f64;
     let w_y = float1(row_weight).unsqueeze_dim::<2>(1); // [B, 1]
+    let invalid = w_y.clone().is_nan(); // [B, 1]: a target outside [0, C), not ignored
     let keep = float1(keep).unsqueeze_dim::<2>(1); // [B, 1]
     let ignored = keep.clone().equal_elem(0); // [B, 1]
     let target = Tensor::<B, 1, Int>::from_primitive(labels)
         .unsqueeze_dim::<2>(1)
-        .mask_fill(w_y.clone().is_nan(), 0); // [B, 1], every index in range
+        .mask_fill(invalid.clone(), 0); // [B, 1], every index in range
 
     let RowSoftmax {
+        max,
         shifted,
         d,
         p,
         grad,
     } = row_softmax(h, target.clone());
-    let lse = d.log(); // [B, 1]
-    let nll = lse.clone() - shifted.clone().gather(1, target); // [B, 1]
+    let log_d = d.log(); // [B, 1]
+    let picked = shifted.clone().gather(1, target); // [B, 1], H[y] - m <= 0
+    let nll = log_d.clone() - picked.clone(); // [B, 1]
     let mut l = nll * w_y.clone() * (1.0 - e); // [B, 1]
     let mut g = grad * w_y * (1.0 - e); // [B, C]
     if e > 0.0 {
@@ -146,18 +173,75 @@ pub(crate) fn row_losses<B: Backend>(
         }; // [C]
         let total = pairwise::sum(w.clone()).unsqueeze_dim::<2>(1); // [1, 1]
         let w = w.unsqueeze_dim::<2>(0); // [1, C]
-        let smooth = lse * total.clone() - pairwise::sum_dim(shifted * w.clone(), 1); // [B, 1]
-        let scale = keep * (e / classes as f64); // [B, 1]
+        let smooth =
+            log_d.clone() * total.clone() - pairwise::sum_dim(shifted.clone() * w.clone(), 1); // [B, 1]
+        let scale = keep.clone() * (e / classes as f64);
         l = l + smooth * scale.clone();
-        g = g + (p * total - w) * scale;
+        g = g + (p.clone() * total - w) * scale;
     }
+    let lse = max + log_d.clone(); // [B, 1]
+    let zeta = terms.z_loss as f64;
+    if zeta > 0.0 {
+        // zeta lse^2 per row not ignored; its gradient 2 zeta lse p.
+        let zk = keep * zeta;
+        l = l + lse.clone().powi_scalar(2) * zk.clone();
+        g = g + p.clone() * (lse.clone() * zk * 2.0);
+    }
+    if let Some(slope) = dh_da {
+        g = g * slope;
+    } else if scale != 1.0 {
+        g = g * scale;
+    }
+    let token_stats = terms.token_stats.then(|| {
+        // -lp[y] = log d - (H[y] - m) and the entropy -sum p lp = log d - sum p (H - m): each
+        // a sum of two terms of one sign, no cancellation.
+        let log_prob = picked - log_d.clone(); // [B, 1]
+        let entropy = log_d - pairwise::sum_dim(p * shifted, 1); // [B, 1]
+        let log_prob = log_prob
+            .mask_fill(ignored.clone(), 0)
+            .mask_fill(invalid, f64::NAN);
+        [lse, log_prob, entropy].map(|t| t.squeeze_dim::<1>(1).into_primitive().tensor())
+    });
     // An ignored row's G is `0 (p - onehot)`: 0, or NaN where its logits hold a NaN or an
     // infinity, as PyTorch's (and the streamed path's) gradient; its loss is 0 whatever they hold.
     let l = l.mask_fill(ignored, 0).squeeze_dim::<1>(1); // [B]
-    (
-        l.into_primitive().tensor(),
-        g.cast(z_dtype).into_primitive().tensor(),
-    )
+    HeadRowLosses {
+        losses: l.into_primitive().tensor(),
+        gradients: g.cast(z_dtype).into_primitive().tensor(),
+        token_stats: token_stats.map(|[log_sum_exp, target_log_prob, entropy]| HeadTokenStats {
+            log_sum_exp,
+            target_log_prob,
+            entropy,
+        }),
+    }
+}
+
+/// The logits the softmax sees, `H` `[B, C]`, of Z `[B, C]` under `terms`: `A = act(Z)`,
+/// `s A`, then `cap tanh(s A / cap)` with a softcap; and with a softcap `dH/dA` `[B, C]`
+/// (`s (1 - tanh^2)`; without, `dH/dA = s`).
+pub(crate) fn logits_seen<B: Backend>(
+    z: Tensor<B, 2>,
+    terms: RowTerms,
+) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
+    let a = match terms.activation {
+        // `Z <= 0 -> 0`, which keeps a NaN (as the op's ReLU).
+        HeadActivation::Relu => z.clone().mask_fill(z.lower_equal_elem(0), 0),
+        HeadActivation::Identity => z,
+    }; // [B, C]
+    let scale = terms.logit_scale as f64;
+    let h = if scale == 1.0 { a } else { a * scale }; // [B, C]
+    match terms.softcap {
+        Some(cap) => {
+            let cap = cap as f64;
+            let u = h / cap; // [B, C]
+            // 1 - tanh(u)^2 as 4 e / (1 + e)^2, e = exp(-2 |u|): `1 - t^2` from a rounded t
+            // keeps none of its digits where t is near 1 (|u| of 6 and more in f32).
+            let e = (u.clone().abs() * -2.0).exp(); // [B, C]
+            let slope = e.clone() * (4.0 * scale) / (e + 1.0).powi_scalar(2); // [B, C]
+            (u.tanh() * cap, Some(slope))
+        }
+        None => (h, None),
+    }
 }
 
 /// The reduction of the loss rows `L` `[B]`: the mean over `sum_r w[y_r]` (`denominator`),
@@ -229,6 +313,8 @@ pub(crate) fn onehot<B: Backend>(
 /// The row softmax of `h` `[B, C]` against `target` `[B, 1]` (every index in `[0, C)`), in
 /// stock ops, as the loss and its gradient need it.
 pub(crate) struct RowSoftmax<B: Backend> {
+    /// m, the row's maximum, `[B, 1]`.
+    pub max: Tensor<B, 2>,
     /// `H - m`, m the row's maximum, `[B, C]`.
     pub shifted: Tensor<B, 2>,
     /// `d = sum_c exp(H[r, c] - m)`, `[B, 1]`.
@@ -249,7 +335,7 @@ pub(crate) struct RowSoftmax<B: Backend> {
 pub(crate) fn row_softmax<B: Backend>(h: Tensor<B, 2>, target: Tensor<B, 2, Int>) -> RowSoftmax<B> {
     let [batch, classes] = h.dims();
     let m = h.clone().detach().max_dim(1); // [B, 1]
-    let shifted = h - m; // [B, C]
+    let shifted = h - m.clone(); // [B, C]
     let e = shifted.clone().exp(); // [B, C]
     let is_target = onehot::<B>(target.clone(), classes, e.dtype()).equal_elem(1); // [B, C]
     let e_y = e.clone().gather(1, target); // [B, 1]
@@ -259,6 +345,7 @@ pub(crate) fn row_softmax<B: Backend>(h: Tensor<B, 2>, target: Tensor<B, 2, Int>
     let target_grad = (others.neg() / d.clone()).expand([batch, classes]); // [B, C]
     let grad = p.clone().mask_where(is_target, target_grad); // [B, C]
     RowSoftmax {
+        max: m,
         shifted,
         d,
         p,
