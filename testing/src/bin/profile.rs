@@ -2,7 +2,7 @@
 //! profiler (Nsight Compute: `ncu --section SpeedOfLight ...`).
 //!
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
-//!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS]
+//!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -12,7 +12,8 @@
 //! op's precision and activation (exact and ReLU by default). `--bf16` runs on bf16 tensors
 //! (`CubeBackend<CudaRuntime, bf16, ..>`, or `Cuda<bf16>` with `--fusion`). `--chunk N` sets
 //! the streamed path's chunk budget to N elements (`HeadOptions::chunk_elements`; the path's
-//! rule otherwise).
+//! rule otherwise). `--z-loss ZETA` adds the z-loss (`HeadOptions::z_loss`), which runs the
+//! materialized path: its cost beside the streamed path's.
 
 use std::time::Instant;
 
@@ -26,6 +27,13 @@ use burn_fused_head_testing::reference::HeadData;
 /// Whether `--flag` is on the command line.
 fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
+}
+
+/// The value after `--flag` on the command line, if any.
+fn value_of(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == name)?;
+    args.get(at + 1).cloned()
 }
 
 /// The value after `--chunk`, if any.
@@ -51,6 +59,9 @@ fn head<B: FusedHeadBackend>(
     if flag("--identity") {
         options = options.with_activation(HeadActivation::Identity);
     }
+    if let Some(zeta) = value_of("--z-loss") {
+        options = options.with_z_loss(Some(zeta.parse().expect("--z-loss ZETA: a number")));
+    }
     fused_linear_cross_entropy(x, w, Some(b), labels, &options)
 }
 
@@ -61,7 +72,9 @@ fn command_line() -> (usize, usize, usize, usize) {
         .iter()
         .enumerate()
         .skip(1)
-        .filter(|(k, a)| !a.starts_with("--") && all[k - 1] != "--chunk")
+        .filter(|(k, a)| {
+            !a.starts_with("--") && all[k - 1] != "--chunk" && all[k - 1] != "--z-loss"
+        })
         .map(|(_, a)| a)
         .map(|a| {
             a.parse()
