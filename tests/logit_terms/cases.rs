@@ -134,7 +134,9 @@ fn the_module_forward_gives_the_logits_the_softmax_sees() {
         .with_softcap(Some(1.5))
         .init::<B>(&device);
     let data = HeadData::random(27, 5, 6, 7);
-    let (x, _, _, _) = data.tensors::<B>(&device, DType::F32);
+    // In the parameters' dtype: on NdArray the device's default float (which the f64
+    // reference of another test may have set first in this process).
+    let (x, _, _, _) = data.tensors::<B>(&device, head.weight.dtype());
     let got = to_f64(head.forward(x.clone()));
     let w = to_f64(head.weight.val());
     let b = to_f64(head.bias.as_ref().unwrap().val());
