@@ -169,6 +169,20 @@ pub struct HeadExtras {
     pub token_stats: bool,
 }
 
+impl HeadExtras {
+    /// The predictions alone.
+    pub const PREDICTIONS: Self = Self {
+        predictions: true,
+        token_stats: false,
+    };
+
+    /// The statistics alone.
+    pub const TOKEN_STATS: Self = Self {
+        predictions: false,
+        token_stats: true,
+    };
+}
+
 /// What [`FusedHeadBackend::head_cross_entropy`] gives besides the loss: what
 /// [`HeadExtras`] asked for, never tracked.
 #[derive(Debug, Clone)]

@@ -106,10 +106,7 @@ pub fn fused_linear_cross_entropy_and_predictions<
 ) -> (Tensor<B, 1>, Tensor<B, DL, Int>) {
     let op = "fused_linear_cross_entropy_and_predictions";
     let dims = targets.dims();
-    let extras = HeadExtras {
-        predictions: true,
-        token_stats: false,
-    };
+    let extras = HeadExtras::PREDICTIONS;
     let (loss, outputs) = cross_entropy(op, x, weight, bias, targets, options, extras);
     let predictions =
         Tensor::<B, 1, Int>::from_primitive(outputs.predictions.expect("predictions asked for")); // [B]
