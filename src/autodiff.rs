@@ -17,10 +17,10 @@ use burn::tensor::ops::{BoolTensor, FloatTensor, IntTensor};
 use crate::backend::{
     FusedHeadBackend, HeadExtraOutputs, HeadExtras, HeadGradients, HeadLimits, HeadStep,
     HeadTokenStats, HeadWanted, KernelOptions, RowTerms, forward_with_rows, materialized,
-    materialized_backward, predictions_of, streams,
+    materialized_backward, predictions_of, streamed_rows, streams,
 };
 use crate::options::{HeadOptions, HeadReduction};
-use crate::rows::{denominator, reduce, row_upstream, rows, sums_dtype, weighted_rows};
+use crate::rows::{denominator, reduce, row_upstream, rows, sums_dtype};
 
 /// The op and the logits are overridden: the stages keep their stock-op bodies on `Autodiff`,
 /// which autodiff differentiates as usual, so calling a stage on tracked tensors stays correct.
@@ -176,7 +176,12 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
     }
 
     let (x_shape, classes) = (x.primitive.shape(), weight.primitive.shape()[0]);
-    if x_shape.num_dims() == 2 && B::head_gradients_in_forward(x_shape[0], x_shape[1], classes) {
+    // f16 keeps no dH: `(p - onehot) / B` falls below f16's range at any large B (the step
+    // computes the gradients in the forward pass, in f32 on the CubeCL backends).
+    let f16 = x.primitive.dtype() == burn::tensor::DType::F16;
+    if x_shape.num_dims() == 2
+        && (f16 || B::head_gradients_in_forward(x_shape[0], x_shape[1], classes))
+    {
         return gradients_in_forward::<B, C>(x, weight, bias, labels, kernels, predict);
     }
 
@@ -316,7 +321,7 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
     };
     let finish = |t: burn::tensor::Tensor<B, 1>| t.cast(dtype).into_primitive().tensor();
 
-    if !streams::<B>(options, extras, batch, inputs, classes) {
+    if !streams::<B>(options, batch, inputs, classes) {
         return match (Materialized {
             reduction: options.reduction,
             kernels,
@@ -350,8 +355,10 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
         };
     }
 
+    let terms = options.row_terms(extras.token_stats);
+    let keep = rows.keep.clone();
     if options.reduction == HeadReduction::None {
-        return match RowsAgain(kernels)
+        return match RowsAgain(kernels, terms)
             .prepare::<C>(nodes)
             .compute_bound()
             .stateful()
@@ -360,14 +367,20 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
                 let (x, weight, bias) = (x.primitive, weight.primitive, bias.primitive);
                 let labels = rows.labels.clone().into_primitive();
                 let row_weight = rows.weight.clone().into_primitive().tensor();
+                let keep = keep.into_primitive().tensor();
                 let step = HeadStep::loss()
                     .with_predictions(predict)
-                    .with_row_weights(row_weight.clone());
+                    .with_row_weights(row_weight.clone())
+                    .with_terms(terms)
+                    .with_z_weights(keep.clone());
                 let inputs = (x.clone(), weight.clone(), bias.clone(), labels.clone());
                 let out = B::head_step(inputs.0, inputs.1, inputs.2, inputs.3, step, kernels);
-                let l = weighted_rows(out.loss, &rows);
-                let state = (x, weight, bias, labels, row_weight);
-                let outputs = HeadExtraOutputs::predictions(out.predictions);
+                let (l, token_stats) = streamed_rows(out.loss, out.token_stats, &rows, terms);
+                let state = (x, weight, bias, labels, [row_weight, keep]);
+                let outputs = HeadExtraOutputs {
+                    predictions: out.predictions,
+                    token_stats,
+                };
                 (prep.finish(state, finish(l)), outputs)
             }
             OpsKind::UnTracked(prep) => {
@@ -384,14 +397,18 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
     {
         OpsKind::Tracked(prep) => {
             // 0 on the ignored rows even where every row is (0 / 0 there): no gradient.
-            let rho = match denominator.clone() {
-                Some(d) => (rows.weight.clone() / d).mask_fill(rows.ignored.clone(), 0),
-                None => rows.weight.clone(),
+            let per_row = |w: burn::tensor::Tensor<B, 1>| match denominator.clone() {
+                Some(d) => (w / d).mask_fill(rows.ignored.clone(), 0),
+                None => w,
             }; // [B]
+            let rho = per_row(rows.weight.clone());
+            let z_weights = per_row(keep);
             let step = HeadStep::loss()
                 .with_wanted(wanted)
                 .with_predictions(predict)
-                .with_row_weights(rho.into_primitive().tensor());
+                .with_row_weights(rho.into_primitive().tensor())
+                .with_terms(terms)
+                .with_z_weights(z_weights.into_primitive().tensor());
             let out = B::head_step(
                 x.primitive,
                 weight.primitive,
@@ -400,9 +417,12 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
                 step,
                 kernels,
             );
-            let l = weighted_rows(out.loss, &rows);
+            let (l, token_stats) = streamed_rows(out.loss, out.token_stats, &rows, terms);
             let result = reduce(l, denominator, options.reduction);
-            let outputs = HeadExtraOutputs::predictions(out.predictions);
+            let outputs = HeadExtraOutputs {
+                predictions: out.predictions,
+                token_stats,
+            };
             (prep.finish(out.gradients, finish(result)), outputs)
         }
         OpsKind::UnTracked(prep) => {
@@ -456,18 +476,19 @@ impl<B: FusedHeadBackend> Backward<B, 3> for Materialized {
 }
 
 /// The per-row reduction's backward step on the streamed path: the pass again, with
-/// `w[y] g[r]` as each row's weight, for the wanted gradients.
+/// `w[y] g[r]` as each row's weight (and `keep[r] g[r]` as its z-weight), for the wanted
+/// gradients.
 #[derive(Debug)]
-struct RowsAgain(KernelOptions);
+struct RowsAgain(KernelOptions, RowTerms);
 
 impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
-    /// X, W, b, the targets (ignored rows mapped to 0) and `w[y]` per row.
+    /// X, W, b, the targets (ignored rows mapped to 0), `w[y]` and `keep` per row.
     type State = (
         FloatTensor<B>,
         FloatTensor<B>,
         FloatTensor<B>,
         IntTensor<B>,
-        FloatTensor<B>,
+        [FloatTensor<B>; 2],
     );
 
     fn backward(
@@ -479,13 +500,21 @@ impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
         use burn::tensor::{Tensor, TensorPrimitive};
         let (parents, wanted) = parents_of(&ops);
         let grad = grads.consume::<B>(&ops.node); // [B]
-        let (x, weight, bias, labels, row_weight) = ops.state;
-        let row_weight = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(row_weight));
-        let grad = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad));
-        let rho = grad.cast(row_weight.dtype()) * row_weight; // [B]
+        let (x, weight, bias, labels, [row_weight, keep]) = ops.state;
+        let float = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
+        let row_weight = float(row_weight);
+        let grad = float(grad).cast(row_weight.dtype());
+        let rho = grad.clone() * row_weight; // [B]
+        let z_weights = grad * float(keep); // [B]
+        let terms = RowTerms {
+            token_stats: false,
+            ..self.1
+        };
         let step = HeadStep::loss()
             .with_wanted(wanted)
-            .with_row_weights(rho.into_primitive().tensor());
+            .with_row_weights(rho.into_primitive().tensor())
+            .with_terms(terms)
+            .with_z_weights(z_weights.into_primitive().tensor());
         let out = B::head_step(x, weight, bias, labels, step, self.0);
         register::<B>(grads, parents, out.gradients, |g| g);
     }

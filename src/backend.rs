@@ -102,6 +102,16 @@ pub struct HeadStep<B: Backend> {
     /// per-row losses `[B]`, unweighted, and the gradients are those of
     /// `sum_r rho[r] loss[r]`; without, the loss is the mean `[1]` and the gradients its own.
     pub row_weights: Option<FloatTensor<B>>,
+    /// The logit scale, softcap and z-loss, and whether to give each row's statistics
+    /// ([`RowTerms`]; its activation is not read, `kernels`' is; its smoothing must be 0).
+    /// Anything but [`RowTerms::new`]'s plain terms needs `row_weights`. The loss rows stay
+    /// the cross-entropy's of the logits `H` the softmax sees; the caller adds the z-term
+    /// `zeta lse[r]^2` from [`HeadStepOutput::token_stats`].
+    pub terms: RowTerms,
+    /// With a z-loss, each row's weight of its z-term `[B]` (the row weights' dtype): the
+    /// gradients are those of `sum_r rho[r] loss[r] + z_weights[r] zeta lse[r]^2` (`keep[r]`
+    /// times the row's upstream gradient: the z-term is not class-weighted).
+    pub z_weights: Option<FloatTensor<B>>,
 }
 
 impl<B: Backend> HeadStep<B> {
@@ -111,6 +121,8 @@ impl<B: Backend> HeadStep<B> {
             wanted: HeadWanted::NONE,
             predictions: false,
             row_weights: None,
+            terms: RowTerms::new(HeadActivation::Identity),
+            z_weights: None,
         }
     }
 
@@ -134,6 +146,19 @@ impl<B: Backend> HeadStep<B> {
             ..self
         }
     }
+
+    /// This step with the LM terms and statistics of `terms`.
+    pub fn with_terms(self, terms: RowTerms) -> Self {
+        Self { terms, ..self }
+    }
+
+    /// This step with each row's z-term weight `[B]`.
+    pub fn with_z_weights(self, z_weights: FloatTensor<B>) -> Self {
+        Self {
+            z_weights: Some(z_weights),
+            ..self
+        }
+    }
 }
 
 /// What [`FusedHeadBackend::head_step`] gives back.
@@ -148,6 +173,10 @@ pub struct HeadStepOutput<B: Backend> {
     /// argmax of `act(X W^T + b)`, the first class of the row's largest value (a row with a
     /// NaN gets an unspecified class; its loss is NaN).
     pub predictions: Option<IntTensor<B>>,
+    /// With a z-loss or [`RowTerms::token_stats`] in the step's terms, each row's statistics
+    /// in the loss rows' dtype: its log-sum-exp, entropy, and the log-probability of its
+    /// target, `-loss[r]` (on every row: the caller masks the ignored ones).
+    pub token_stats: Option<HeadTokenStats<B>>,
 }
 
 /// What a backend's implementation of the op accepts, checked before anything runs.
@@ -485,21 +514,28 @@ pub trait FusedHeadBackend: Backend {
         kernels: KernelOptions,
     ) -> HeadStepOutput<Self> {
         match step.row_weights {
-            None => forward_then_backward::<Self>(
-                [x, weight, bias],
-                targets,
-                step.wanted,
-                kernels,
-                step.predictions,
-            ),
-            Some(rho) => weighted_step::<Self>(
-                [x, weight, bias],
-                targets,
-                rho,
-                step.wanted,
-                kernels,
-                step.predictions,
-            ),
+            None => {
+                plain_without_row_weights("head_step", &step.terms);
+                forward_then_backward::<Self>(
+                    [x, weight, bias],
+                    targets,
+                    step.wanted,
+                    kernels,
+                    step.predictions,
+                )
+            }
+            Some(rho) => {
+                let z_weights = step.z_weights;
+                let terms = step.terms;
+                weighted_step::<Self>(
+                    [x, weight, bias],
+                    targets,
+                    (rho, z_weights, terms),
+                    step.wanted,
+                    kernels,
+                    step.predictions,
+                )
+            }
         }
     }
 
@@ -565,6 +601,7 @@ pub(crate) fn forward_then_backward<B: FusedHeadBackend>(
             loss: fwd.loss,
             gradients: HeadGradients::none(),
             predictions,
+            token_stats: None,
         };
     }
     let loss = float::<B, 1>(fwd.loss); // [1]
@@ -574,6 +611,7 @@ pub(crate) fn forward_then_backward<B: FusedHeadBackend>(
         loss: prim(loss),
         gradients,
         predictions,
+        token_stats: None,
     }
 }
 
@@ -704,19 +742,54 @@ fn for_sums(kernels: KernelOptions, dtype: DType) -> KernelOptions {
 }
 
 /// Whether `options` run on the streamed path of `B` for X `[batch, inputs]` and C classes:
-/// where B computes the gradients in the forward pass, without smoothing, logit terms or
-/// per-row statistics (`extras`).
+/// where B computes the gradients in the forward pass, without smoothing (the logit terms
+/// and the per-row statistics stream).
 pub(crate) fn streams<B: FusedHeadBackend>(
     options: &HeadOptions,
-    extras: HeadExtras,
     batch: usize,
     inputs: usize,
     classes: usize,
 ) -> bool {
-    options.epsilon() == 0.0
-        && !options.has_logit_terms()
-        && !extras.token_stats
-        && B::head_gradients_in_forward(batch, inputs, classes)
+    options.epsilon() == 0.0 && B::head_gradients_in_forward(batch, inputs, classes)
+}
+
+/// Panics unless `terms` are the plain cross-entropy's: the LM terms need row weights.
+pub(crate) fn plain_without_row_weights(op: &str, terms: &RowTerms) {
+    assert!(
+        terms.logit_scale == 1.0
+            && terms.softcap.is_none()
+            && terms.z_loss == 0.0
+            && !terms.token_stats,
+        "{op}: a logit scale, softcap, z-loss or statistics need row weights"
+    );
+    assert!(terms.smoothing == 0.0, "{op}: smoothing does not stream");
+}
+
+/// The streamed step's (`head_step` with row weights and `terms`) result as the op's rows:
+/// `L = w[y] l + zeta lse^2` per row, 0 where ignored (whatever the row's logits), and
+/// with `terms.token_stats` the statistics, the log-probability 0 on the ignored rows.
+pub(crate) fn streamed_rows<B: Backend>(
+    out_loss: FloatTensor<B>,
+    stats: Option<HeadTokenStats<B>>,
+    rows: &Rows<B>,
+    terms: RowTerms,
+) -> (Tensor<B, 1>, Option<HeadTokenStats<B>>) {
+    let l = weighted_rows(out_loss, rows); // [B]
+    let dtype = l.dtype();
+    let float1 = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)).cast(dtype);
+    let l = match &stats {
+        Some(s) if terms.z_loss != 0.0 => {
+            let lse = float1(s.log_sum_exp.clone());
+            (l + lse.powi_scalar(2) * terms.z_loss as f64).mask_fill(rows.ignored.clone(), 0)
+        }
+        _ => l,
+    };
+    let stats = stats.filter(|_| terms.token_stats).map(|s| HeadTokenStats {
+        log_sum_exp: prim(float1(s.log_sum_exp)),
+        target_log_prob: prim(float1(s.target_log_prob).mask_fill(rows.ignored.clone(), 0)),
+        entropy: prim(float1(s.entropy)),
+    });
+    (l, stats)
 }
 
 /// The result of `options` without gradients on `B` (an inner backend, or an untracked
@@ -745,14 +818,21 @@ pub(crate) fn forward_with_rows<B: FusedHeadBackend>(
     let (dtype, [batch, inputs]) = (x.dtype(), dims2(&x.shape()));
     let classes = weight.shape()[0];
     let kernels = options.kernels();
-    let (l, outputs) = if streams::<B>(options, extras, batch, inputs, classes) {
+    let (l, outputs) = if streams::<B>(options, batch, inputs, classes) {
+        let terms = options.row_terms(extras.token_stats);
         let step = HeadStep::loss()
             .with_predictions(extras.predictions)
-            .with_row_weights(rows.weight.clone().into_primitive().tensor());
+            .with_row_weights(rows.weight.clone().into_primitive().tensor())
+            .with_terms(terms)
+            .with_z_weights(rows.keep.clone().into_primitive().tensor());
         let targets = rows.labels.clone().into_primitive();
         let out = B::head_step(x, weight, bias, targets, step, kernels);
-        let outputs = HeadExtraOutputs::predictions(out.predictions);
-        (weighted_rows(out.loss, rows), outputs)
+        let (l, token_stats) = streamed_rows(out.loss, out.token_stats, rows, terms);
+        let outputs = HeadExtraOutputs {
+            predictions: out.predictions,
+            token_stats,
+        };
+        (l, outputs)
     } else {
         let m = materialized::<B>(
             [x, weight, bias],
@@ -776,34 +856,66 @@ pub(crate) fn forward_with_rows<B: FusedHeadBackend>(
 }
 
 /// The default of [`FusedHeadBackend::head_step`] with row weights: the materialized path
-/// with `rho` as each row's weight (no class weight, no smoothing, nothing ignored).
+/// with `rho` as each row's weight (no class weight, no smoothing, nothing ignored) and the
+/// step's LM terms, the z-term weighted by `z_weights` (see [`HeadStep`]).
 pub(crate) fn weighted_step<B: FusedHeadBackend>(
     [x, weight, bias]: [FloatTensor<B>; 3],
     targets: IntTensor<B>,
-    rho: FloatTensor<B>,
+    (rho, z_weights, terms): (FloatTensor<B>, Option<FloatTensor<B>>, RowTerms),
     wanted: HeadWanted,
     kernels: KernelOptions,
     predict: bool,
 ) -> HeadStepOutput<B> {
+    assert!(
+        terms.smoothing == 0.0,
+        "head_step: smoothing does not stream"
+    );
     let dtype = x.dtype();
     let label_dtype = targets.dtype();
     let classes = weight.shape()[0];
-    let plain = HeadOptions::new().with_activation(kernels.activation);
+    let stats = terms.token_stats || terms.z_loss != 0.0;
+    // The cross-entropy rows (and the statistics) of the scaled, capped logits.
+    let plain = HeadOptions::new()
+        .with_activation(kernels.activation)
+        .with_logit_scale((terms.logit_scale != 1.0).then_some(terms.logit_scale))
+        .with_softcap(terms.softcap);
     let rows = rows::<B>(targets, &plain, classes, sums_dtype(dtype));
     let inputs = [x.clone(), weight.clone(), bias];
-    let m = materialized::<B>(inputs, &rows, &plain, kernels, false);
-    let terms = RowTerms::new(kernels.activation);
-    let predictions = predict.then(|| predictions_of::<B>(m.z.clone(), terms, label_dtype));
-    let gradients = if wanted.any() {
-        let rho = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(rho));
+    let m = materialized::<B>(inputs, &rows, &plain, kernels, stats);
+    let predictions = predict.then(|| {
+        let terms = plain.row_terms(false);
+        predictions_of::<B>(m.z.clone(), terms, label_dtype)
+    });
+    let rho = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(rho));
+    let gradients = if !wanted.any() {
+        HeadGradients::none()
+    } else if terms.z_loss == 0.0 {
         materialized_backward::<B>([x, weight, m.z], m.gradients, rho, wanted, kernels)
     } else {
-        HeadGradients::none()
+        // G = rho (the cross-entropy's row gradient) + z_weights (the z-term's): the row
+        // algebra with rho as the rows' weight and the z-weights as `keep`.
+        let z_weights = z_weights.expect("head_step: a z-loss needs z-weights");
+        let sums = rows.weight.dtype();
+        let rho_w = rows.weight.clone() * rho.cast(sums);
+        let rows_terms = RowTerms {
+            z_loss: terms.z_loss,
+            ..plain.row_terms(false)
+        };
+        let out = B::head_row_losses(
+            m.z.clone(),
+            rows.labels.clone().into_primitive(),
+            [prim(rho_w), z_weights],
+            None,
+            rows_terms,
+        );
+        let one = Tensor::<B, 1>::ones([rows.weight.dims()[0]], (&rows.weight.device(), sums));
+        materialized_backward::<B>([x, weight, m.z], out.gradients, one, wanted, kernels)
     };
     HeadStepOutput {
         loss: m.losses.into_primitive().tensor(),
         gradients,
         predictions,
+        token_stats: m.token_stats,
     }
 }
 

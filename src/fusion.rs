@@ -382,12 +382,18 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             wanted,
             predictions: predict,
             row_weights,
+            terms,
+            z_weights,
         } = step;
+        let sums = crate::rows::sums_dtype(float_dtype);
+        let z_weights = z_weights.filter(|_| terms.z_loss != 0.0);
+        if let Some(z) = &z_weights {
+            crate::validate::same_shape(op, "z-weights", &z.shape, "[B]", &[batch]);
+        }
         // The loss: the mean [1], or with row weights the per-row losses [B] in the sums' dtype.
         let mut outputs = vec![match &row_weights {
             Some(rho) => {
                 crate::validate::same_shape(op, "row weights", &rho.shape, "[B]", &[batch]);
-                let sums = crate::rows::sums_dtype(float_dtype);
                 assert!(
                     rho.dtype == sums,
                     "{op}: the row weights must be {sums:?}, got {:?}",
@@ -405,9 +411,16 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
                 .into_iter()
                 .map(|shape| (shape, float_dtype)),
         );
+        // Each row's log-sum-exp, target log-probability and entropy.
+        let stats = terms.token_stats || terms.z_loss != 0.0;
+        if stats {
+            outputs.extend([(); 3].map(|_| (Shape::new([batch]), sums)));
+        }
         let weighted = row_weights.is_some();
+        let z_weighted = z_weights.is_some();
         let mut tensors = vec![x, weight, bias, targets];
         tensors.extend(row_weights);
+        tensors.extend(z_weights);
         let id = id_of("step", kernels);
         let outputs = call::<B>(id, tensors, &outputs, true, move |ins| {
             let mut ins = ins.into_iter();
@@ -419,19 +432,36 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
             if weighted {
                 step = step.with_row_weights(next().float());
             }
+            step = step.with_terms(terms);
+            if z_weighted {
+                step = step.with_z_weights(next().float());
+            }
             let out = B::head_step(x, w, b, targets.int(), step, kernels);
             let mut outputs = vec![Prim::Float(out.loss)];
             outputs.extend(out.predictions.map(Prim::Int));
             outputs.extend(wanted_outputs(out.gradients).map(Prim::Float));
+            if let Some(s) = out.token_stats {
+                outputs.extend([s.log_sum_exp, s.target_log_prob, s.entropy].map(Prim::Float));
+            }
             outputs
         });
         let mut outputs = outputs.into_iter();
         let loss = outputs.next().expect("the loss");
         let predictions = predict.then(|| outputs.next().expect("the predictions"));
+        let gradients = take_wanted(wanted, outputs.by_ref());
+        let token_stats = stats.then(|| {
+            let mut next = || outputs.next().expect("a statistic");
+            HeadTokenStats {
+                log_sum_exp: next(),
+                target_log_prob: next(),
+                entropy: next(),
+            }
+        });
         HeadStepOutput {
             loss,
-            gradients: take_wanted(wanted, outputs),
+            gradients,
             predictions,
+            token_stats,
         }
     }
 

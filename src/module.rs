@@ -138,7 +138,8 @@ impl<B: FusedHeadBackend> FusedLinearCrossEntropy<B> {
     /// softcapped where the options say so: the logits the loss's softmax sees. Its argmax
     /// over the last dim is the prediction. Runs the op's forward kernels in the head's
     /// precision, tracked under autodiff (the backward step is the op's backward kernels; the
-    /// scale and the softcap are stock ops).
+    /// scale and the softcap are stock ops, the softcap's gradient exact where f32's tanh is
+    /// saturated, as the loss's).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let classes = self.weight.dims()[0];
         self.options
@@ -149,7 +150,7 @@ impl<B: FusedHeadBackend> FusedLinearCrossEntropy<B> {
             _ => h,
         };
         match self.options.softcap {
-            Some(cap) => (h / cap as f64).tanh() * cap as f64,
+            Some(cap) => softcapped(h, cap as f64),
             None => h,
         }
     }
@@ -257,4 +258,17 @@ impl<B: FusedHeadBackend> FusedLinearCrossEntropy<B> {
         };
         burn_train::ClassificationOutput::new(loss, output, targets)
     }
+}
+
+/// `cap tanh(h / cap)` in stock ops whose gradient is exact where the tanh saturates: with
+/// `u = h / cap`, `s = sign(u)` (1 at 0) taken as a constant and `e = exp(-2 s u)`,
+/// `tanh(u) = s (1 - e) / (1 + e)`, whose autodiff derivative is `4 e / (1 + e)^2` (Burn's
+/// `tanh` differentiates as `1 - tanh^2`, 0 once a rounded tanh is 1).
+fn softcapped<B: Backend, const D: usize>(h: Tensor<B, D>, cap: f64) -> Tensor<B, D> {
+    let u = h / cap;
+    // Built from a comparison: never tracked.
+    let sign = u.ones_like().mask_fill(u.clone().lower_elem(0), -1.0);
+    let e = (u * sign.clone() * -2.0).exp();
+    let t = (e.clone().neg() + 1.0) / (e + 1.0);
+    t * sign * cap
 }

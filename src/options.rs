@@ -177,8 +177,8 @@ impl HeadOptions {
             && !self.has_logit_terms()
     }
 
-    /// Whether a logit scale, a softcap or a z-loss is set (each runs the materialized path:
-    /// the fused kernels do not compute them).
+    /// Whether a logit scale, a softcap or a z-loss is set (the op's own fused kernels do not
+    /// compute them: they take the options' routes, streamed or materialized).
     pub(crate) fn has_logit_terms(&self) -> bool {
         self.logit_scale.is_some_and(|s| s != 1.0)
             || self.softcap.is_some()

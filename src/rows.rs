@@ -11,10 +11,10 @@
 //! Without smoothing, `dL[r]/dH[r] = w[y] (p - onehot(y))`: the unweighted row gradient scaled
 //! by one number per row. That is what the streamed path (C > 32 on the CubeCL backends) runs,
 //! with a row weight `rho[r]` in its row kernel (`w[y] / sum w` for the mean, `w[y]` for the
-//! sum, `w[y] g[r]` for the backward step of `none`). Label smoothing needs every class's
-//! weight in the row, so it runs the materialized path, as do the LM terms of [`RowTerms`]
-//! (a logit scale and softcap on H, `zeta lse^2` added to L; [`row_losses`]) and the per-row
-//! statistics.
+//! sum, `w[y] g[r]` for the backward step of `none`), and the LM terms of [`RowTerms`] (a
+//! logit scale and softcap on H, `zeta lse^2` added to L, whose gradient has its own row
+//! weight) and the per-row statistics. Label smoothing needs every class's weight in the row,
+//! so it runs the materialized path ([`row_losses`]).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};

@@ -1,4 +1,4 @@
-//! bf16 tensors on CUDA: the training step through autodiff against Burn's stock
+//! bf16 and f16 tensors on CUDA: the training step through autodiff against Burn's stock
 //! autodiff on NdArray in f64 on the same (rounded) inputs, under the bound
 //! `gates::half_slack` derives from each format; the same bits on every call; the predicted
 //! classes. Both activations; C <= 32 (the f32 kernels on the inputs as f32) and C > 32 (the
@@ -14,7 +14,7 @@ mod common;
 use burn::backend::Autodiff;
 use burn::backend::cuda::CudaDevice;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{DType, bf16};
+use burn::tensor::{DType, bf16, f16};
 use burn_fused_head::{
     FusedHeadBackend, HeadActivation, fused_linear_cross_entropy,
     fused_linear_cross_entropy_and_predictions,
@@ -25,6 +25,10 @@ use common::*;
 
 type FusionBf16 = Autodiff<burn::backend::Cuda<bf16>>;
 type RawBf16 = Autodiff<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, bf16, i32, u8>>;
+type FusionF16 = Autodiff<burn::backend::Cuda<f16>>;
+type RawF16 = Autodiff<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f16, i32, u8>>;
+/// f16 tensors on the f32 default backend (the dtype of the tensors decides).
+type FusionF32 = Autodiff<burn::backend::Cuda>;
 
 /// (B, I, C, chunk elements): C <= 32 (no streamed path); one chunk at C = 33; chunks of 13
 /// rows over a prime B at C = 1000; an odd I (each chunk's X rows start at a 2-byte offset)
@@ -77,6 +81,42 @@ fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
             check::<FusionBf16>(&device, DType::BF16, shape, activation, 1.0);
         }
         check::<RawBf16>(&device, DType::BF16, shape, HeadActivation::Relu, 0.5);
+    }
+}
+
+/// f16 runs the f32 kernels on the inputs as f32 and never rounds dZ to f16 (it would leave
+/// f16's range at large B): within the f16 bound at every C, on f16 backends and on f32 ones
+/// given f16 tensors. B = 4096 at C = 1000: a dZ of `p / B` far below f16's smallest subnormal
+/// for most classes, which a rounded dZ would zero.
+#[test]
+fn f16_training_step_is_within_the_f16_bound_of_the_f64_reference() {
+    let device = CudaDevice::default();
+    for &shape in SHAPES.iter().chain(&[(4096, 32, 1000, 0)]) {
+        for activation in [HeadActivation::Relu, HeadActivation::Identity] {
+            check::<FusionF16>(&device, DType::F16, shape, activation, 1.0);
+        }
+        check::<RawF16>(&device, DType::F16, shape, HeadActivation::Relu, 0.5);
+        check::<FusionF32>(&device, DType::F16, shape, HeadActivation::Identity, 1.0);
+    }
+}
+
+#[test]
+fn f16_predictions_are_the_rows_argmax() {
+    let device = CudaDevice::default();
+    for &(batch, inputs, classes, elements) in SHAPES {
+        let data = HeadData::random(4, batch, inputs, classes).rounded_to(DType::F16);
+        let options = chunks(HeadActivation::Relu, elements);
+        let (x, w, b, labels) = data.tensors::<FusionF16>(&device, DType::F16);
+        let (_loss, predictions) =
+            fused_linear_cross_entropy_and_predictions(x, w, Some(b), labels, &options);
+        let predictions = to_i64(predictions);
+        let h = reference_stages(&data, 1.0).h;
+        assert_predictions(
+            &format!("f16 B={batch} C={classes}"),
+            &predictions,
+            &h,
+            classes,
+        );
     }
 }
 

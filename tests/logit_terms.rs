@@ -10,17 +10,19 @@
 //! ```
 //!
 //! Each test is written once, in `logit_terms/cases.rs`, and runs on every backend of the build;
-//! C = 5 and C = 40 (both the materialized path: the fused kernels do not compute these terms).
+//! C = 5 (the materialized path) and C = 40 (on the CubeCL backends the streamed row kernel,
+//! except with label smoothing).
 
 mod common;
 
 use burn::backend::Autodiff;
+use burn::module::Param;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Tensor, TensorData};
 use burn_fused_head::{
-    FusedHeadBackend, FusedLinearCrossEntropyConfig, HeadActivation, HeadOptions, HeadReduction,
-    fused_linear_cross_entropy, fused_linear_cross_entropy_and_predictions,
-    fused_linear_cross_entropy_with_token_stats,
+    FusedHeadBackend, FusedLinearCrossEntropy, FusedLinearCrossEntropyConfig, HeadActivation,
+    HeadOptions, HeadReduction, fused_linear_cross_entropy,
+    fused_linear_cross_entropy_and_predictions, fused_linear_cross_entropy_with_token_stats,
 };
 use burn_fused_head_testing::gates::gate;
 use burn_fused_head_testing::reference::HeadData;

@@ -44,9 +44,15 @@ pub fn row_grad<F: Float>(
     inv_batch: F,
     nan: F,
 ) -> F {
-    let p = F::exp(h - m) * inv_d;
+    softmax_grad::<F>(F::exp(h - m) * inv_d, is_label, valid, inv_batch, nan)
+}
+
+/// [`row_grad`] from the class's probability `p`: `(p - onehot) scale`, NaN for an invalid
+/// label.
+#[cube]
+pub fn softmax_grad<F: Float>(p: F, is_label: bool, valid: bool, scale: F, nan: F) -> F {
     let onehot = select(is_label, F::new(1.0), F::new(0.0));
-    select(valid, (p - onehot) * inv_batch, nan)
+    select(valid, (p - onehot) * scale, nan)
 }
 
 /// `(m, d)` of C values held in registers, summed in class order (the small-C kernels).

@@ -1,10 +1,17 @@
-//! Tensors the kernels do not take as compiled for the backend's float `F`: bf16 inputs, and
-//! f32 inputs on a backend whose float is not f32 (`CubeBackend<R, bf16, ..>` with an f32
-//! tensor). Each goes through the f32 impl ([`Full`]). (f16 is refused: dZ = (p - onehot) / B
-//! falls below f16's range at large B, and rounding it to f16 would zero most of dW.)
+//! Tensors the kernels do not take as compiled for the backend's float `F`: bf16 and f16
+//! inputs, and f32 inputs on a backend whose float is not f32 (`CubeBackend<R, bf16, ..>` with
+//! an f32 tensor). Each goes through the f32 impl ([`Full`]).
+//!
+//! f16 runs the f32 impl everywhere, its products exact, and never rounds dZ to f16:
+//! `dZ = (p - onehot) / B` falls below f16's range at large B (at B = 8192 a probability under
+//! 5e-4 gives a dZ below f16's smallest subnormal), and rounded it would zero most of dW. So
+//! `Autodiff` runs the training step with the gradients in the forward pass for f16 inputs at
+//! every C (it keeps no dH), and the step never makes the f16 copy of dZ that bf16's native
+//! path makes (bf16 has f32's exponent range). `head_forward` called directly on f16 tensors
+//! does return dH rounded to f16, as its contract says.
 //!
 //! - The training step at C > 32 (`head_step`, with or without predictions) on
-//!   bf16 inputs runs natively where cuBLASLt loads: the streamed path with products on bf16
+//!   bf16 inputs runs natively where cuBLASLt loads (f16 inputs: below): the streamed path with products on bf16
 //!   operands accumulating in f32 (see [`super::streamed`]). Its memory: P's f32 chunk buffer,
 //!   a chunk buffer of dZ in bf16 (half P's size), and dW and db in f32 until they are rounded
 //!   at the end (`4 C (I + 1)` bytes).
@@ -77,7 +84,7 @@ pub(super) fn loss_and_gradients<
         .with_predictions(predict);
     let out = Full::<R, I, BT>::head_step(x, weight, bias, labels, step, kernels);
     let loss = cast(out.loss, dtype);
-    (loss, grads_to(out.gradients, dtype), out.predictions)
+    (loss, grads_to(out.gradients, dtype), out.predictions, None)
 }
 
 /// `head_forward` of the f32 impl, its outputs rounded to X's dtype.

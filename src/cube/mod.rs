@@ -26,14 +26,15 @@ mod small_classes;
 mod stages;
 pub(crate) mod streamed;
 
-use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps, IntTensor};
 use burn::tensor::{DType, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use crate::backend::{
-    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadStep, HeadStepOutput, HeadWanted,
-    KernelOptions, forward_then_backward, weighted_step,
+    FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadStep, HeadStepOutput,
+    HeadTokenStats, HeadWanted, KernelOptions, RowTerms, forward_then_backward,
+    plain_without_row_weights, weighted_step,
 };
 use crate::validate;
 use half::{Full, up};
@@ -52,9 +53,9 @@ fn as_is<F: FloatElement>(op: &str, dtypes: &[DType]) -> bool {
     F::dtype() == DType::F32 && dtypes[0] == DType::F32
 }
 
-/// The streamed step on bf16 inputs, natively where cuBLASLt runs it and C > 32; else
-/// the f32 impl on the inputs as f32 ([`half::loss_and_gradients`]). Also f32 inputs on a
-/// backend whose float is not f32.
+/// The streamed step on bf16 inputs, natively where cuBLASLt runs it and C > 32; else (f16
+/// inputs always) the f32 impl on the inputs as f32 ([`half::loss_and_gradients`]). Also f32
+/// inputs on a backend whose float is not f32.
 fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     op: &str,
     inputs: [CubeTensor<R>; 4],
@@ -62,7 +63,7 @@ fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
     kernels: KernelOptions,
     predict: bool,
 ) -> streamed::LossAndGradients<R, F, I, BT> {
-    if inputs[0].dtype != DType::F32
+    if inputs[0].dtype == DType::BF16
         && inputs[1].shape()[0] > SMALL_CLASSES
         && streamed::half_available(&inputs[0])
         && let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, kernels, predict, None)
@@ -98,16 +99,22 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         let op = "head_step";
         let (wanted, predict) = (step.wanted, step.predictions);
         let inputs = [x, weight, bias, targets];
-        let (loss, gradients, predictions) = match step.row_weights {
-            None => training_step::<R, F, I, BT>(op, inputs, wanted, kernels, predict),
-            Some(rho) => {
-                weighted_training_step::<R, F, I, BT>(op, inputs, rho, wanted, kernels, predict)
+        match step.row_weights {
+            None => {
+                plain_without_row_weights(op, &step.terms);
+                let (loss, gradients, predictions, _) =
+                    training_step::<R, F, I, BT>(op, inputs, wanted, kernels, predict);
+                HeadStepOutput {
+                    loss,
+                    gradients,
+                    predictions,
+                    token_stats: None,
+                }
             }
-        };
-        HeadStepOutput {
-            loss,
-            gradients,
-            predictions,
+            Some(rho) => {
+                let weights = (rho, step.z_weights, step.terms);
+                weighted_training_step::<R, F, I, BT>(op, inputs, weights, wanted, kernels, predict)
+            }
         }
     }
 
@@ -301,50 +308,86 @@ fn training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         kernels,
         predict,
     );
-    (out.loss, out.gradients, out.predictions)
+    (out.loss, out.gradients, out.predictions, None)
 }
 
-/// The training step with each row's weight `rho` `[B]` (f32): the per-row losses `[B]`
-/// (unweighted) and the gradients of `sum_r rho[r] loss[r]`, natively streamed for f32
-/// inputs as compiled or bf16 ones where cuBLASLt runs them, else the materialized path.
+/// The training step with each row's weight `rho` `[B]` (f32), z-weights and LM terms (see
+/// [`HeadStep`]): the per-row losses `[B]` (unweighted) and the gradients of
+/// `sum_r rho[r] loss[r]` (plus the z-term), natively streamed for f32 inputs as compiled or
+/// bf16 ones where cuBLASLt runs them, else the materialized path.
 fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     op: &str,
     inputs: [CubeTensor<R>; 4],
-    rho: CubeTensor<R>,
+    (rho, z_weights, terms): (CubeTensor<R>, Option<CubeTensor<R>>, RowTerms),
     wanted: HeadWanted,
     kernels: KernelOptions,
     predict: bool,
-) -> streamed::LossAndGradients<R, F, I, BT> {
+) -> HeadStepOutput<CubeBackend<R, F, I, BT>> {
     let [x, weight, bias, labels] = inputs;
-    // The row kernel reads rho [B] as f32 without bounds checks.
-    validate::same_shape(op, "row weights", &rho.shape(), "[B]", &[x.shape()[0]]);
+    assert!(terms.smoothing == 0.0, "{op}: smoothing does not stream");
+    // The row kernel reads rho and the z-weights [B] as f32 without bounds checks.
+    let batch = x.shape()[0];
+    let z_weights = z_weights.filter(|_| terms.z_loss != 0.0);
     assert!(
-        rho.dtype == DType::F32,
-        "{op}: the row weights must be f32, got {:?}",
-        rho.dtype
+        terms.z_loss == 0.0 || z_weights.is_some(),
+        "{op}: a z-loss needs z-weights"
     );
-    x.assert_is_on_same_device(&rho);
+    for (what, w) in [
+        ("row weights", Some(&rho)),
+        ("z-weights", z_weights.as_ref()),
+    ] {
+        let Some(w) = w else { continue };
+        validate::same_shape(op, what, &w.shape(), "[B]", &[batch]);
+        assert!(
+            w.dtype == DType::F32,
+            "{op}: the {what} must be f32, got {:?}",
+            w.dtype
+        );
+        x.assert_is_on_same_device(w);
+    }
     let dtypes = [x.dtype, weight.dtype, bias.dtype];
     // Natively streamed: f32 inputs as compiled, or bf16 where cuBLASLt runs them.
     let native =
         as_is::<F>(op, &dtypes) || (dtypes[0] == DType::BF16 && streamed::half_available(&x));
     let inputs = [x, weight, bias, labels];
+    let weights = Weights {
+        rho: rho.clone(),
+        z: z_weights.clone(),
+        terms,
+    };
     if native
-        && let Some(out) =
-            streamed_step::<R, F, I, BT>(op, &inputs, wanted, kernels, predict, Some(rho.clone()))
+        && let Some((loss, gradients, predictions, stats)) =
+            streamed_step::<R, F, I, BT>(op, &inputs, wanted, kernels, predict, Some(weights))
     {
-        return out;
+        // -l, the target's log-probability, from the cross-entropy rows.
+        let token_stats = stats.map(|[lse, entropy]| HeadTokenStats {
+            log_sum_exp: lse,
+            target_log_prob: CubeBackend::<R, F, I, BT>::float_neg(loss.clone()),
+            entropy,
+        });
+        return HeadStepOutput {
+            loss,
+            gradients,
+            predictions,
+            token_stats,
+        };
     }
     let [x, weight, bias, labels] = inputs;
-    let out = weighted_step::<CubeBackend<R, F, I, BT>>(
+    weighted_step::<CubeBackend<R, F, I, BT>>(
         [x, weight, bias],
         labels,
-        rho,
+        (rho, z_weights, terms),
         wanted,
         kernels,
         predict,
-    );
-    (out.loss, out.gradients, out.predictions)
+    )
+}
+
+/// The streamed path's row weights: `rho`, the z-weights, the LM terms.
+struct Weights<R: CubeRuntime> {
+    rho: CubeTensor<R>,
+    z: Option<CubeTensor<R>>,
+    terms: RowTerms,
 }
 
 /// The streamed path on X, W, b and the labels (checked here) where it applies: C > 32, and a
@@ -356,7 +399,7 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     wanted: HeadWanted,
     kernels: KernelOptions,
     predict: bool,
-    rho: Option<CubeTensor<R>>,
+    weights: Option<Weights<R>>,
 ) -> Option<streamed::LossAndGradients<R, F, I, BT>> {
     let [x, weight, bias, labels] = inputs;
     let (batch, inputs_dim, classes) = check_with_labels::<R>(op, x, weight, bias, labels);
@@ -365,6 +408,10 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     }
     let tf32 = use_tf32(kernels.precision, x);
     let device = x.device.clone();
+    let (rho, z, terms) = match weights {
+        Some(w) => (Some(w.rho), w.z, w.terms),
+        None => (None, None, RowTerms::new(kernels.activation)),
+    };
     let out = streamed::loss_and_gradients::<R, F, I, BT>(
         op,
         inputs.clone(),
@@ -373,9 +420,11 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
             tf32,
             relu: kernels.relu(),
             chunk_elements: kernels.chunk_elements,
+            terms,
         },
         predict,
         rho,
+        z,
     );
     start_queued::<R>(&device);
     Some(out)

@@ -222,15 +222,17 @@ fn exact_row(
 
 /// The unit roundoff `u` and the largest absolute rounding error of a value below the normal
 /// range `eta` (half the smallest subnormal) of a half-precision dtype the op runs: bf16, 8
-/// significant bits and f32's exponent range. `None` for any other dtype.
+/// significant bits and f32's exponent range (smallest subnormal 2^-133); f16, 11 significant
+/// bits and a smallest subnormal of 2^-24. `None` for any other dtype.
 pub fn half_roundoff(dtype: DType) -> Option<(f64, f64)> {
     match dtype {
         DType::BF16 => Some((2f64.powi(-8), 2f64.powi(-134))),
+        DType::F16 => Some((2f64.powi(-11), 2f64.powi(-25))),
         _ => None,
     }
 }
 
-/// The allowance of the half-precision gate (bf16 tensors, `dtype`) per element of the loss and
+/// The allowance of the half-precision gate (bf16 or f16 tensors, `dtype`) per element of the loss and
 /// the gradients, for inputs `data` whose values are already of that type (the f64 reference
 /// then sees the same numbers), upstream gradient `grad` (a value of that type too) and
 /// `activation`.
@@ -241,7 +243,8 @@ pub fn half_roundoff(dtype: DType) -> Option<(f64, f64)> {
 /// partial sums are NVIDIA's: like the exact path's f32 sums, its error is left to the gate's
 /// bound, which grows like `K 2^-24 sum |a b|` and has held); the loss, the softmax and dZ are
 /// f32. What the half type adds:
-/// - dZ is rounded before it is an operand of the dX and dW products (the native path's dZ
+/// - bf16 only (f16 never rounds dZ or keeps Z, `src/cube/half.rs`): dZ is rounded before it
+///   is an operand of the dX and dW products (the native path's dZ
 ///   copy; the f32 fallback's rounded `dH`): `e_rc = u |dZ_rc| + eta |g|`, and where the ReLU
 ///   mask can flip (a `|Z_rc| <= eta` rounded to 0; bf16's `eta` makes that all but
 ///   impossible), `|dH_rc|` besides; through the exact
@@ -257,6 +260,7 @@ pub fn half_slack(
     activation: HeadActivation,
 ) -> Slack {
     let (u, eta) = half_roundoff(dtype).expect("a half-precision dtype");
+    let dz_rounded = dtype == DType::BF16;
     let (b, i, c) = (data.batch, data.inputs, data.classes);
     let x = |r: usize, k: usize| data.x[r * i + k] as f64;
     let w = |j: usize, k: usize| data.weight[j * i + k] as f64;
@@ -280,7 +284,11 @@ pub fn half_slack(
             } else {
                 0.0
             };
-            let e = u * dz.abs() + eta * grad.abs() + flip;
+            let e = if dz_rounded {
+                u * dz.abs() + eta * grad.abs() + flip
+            } else {
+                0.0
+            };
             exact.db[j] += dz;
             moved.db[j] += e;
             for k in 0..i {

@@ -56,20 +56,55 @@ fn every_term_with_every_loss_option() {
             .map(|k| 0.5 + (k % 3) as f32 * 0.5)
             .collect::<Vec<_>>()
     };
+    // Without smoothing, C = 40 streams on the CubeCL backends (chunks of 5 rows with
+    // `chunk_elements`); smoothing takes the materialized path.
     for reduction in [HeadReduction::Mean, HeadReduction::Sum, HeadReduction::None] {
         for classes in [5, 40] {
-            let loss = HeadOptions::new()
-                .with_logit_scale(Some(1.7))
-                .with_softcap(Some(4.0))
-                .with_z_loss(Some(0.05))
-                .with_ignore_index(Some(-100))
-                .with_class_weights(Some(w(classes)))
-                .with_smoothing(Some(0.1))
-                .with_reduction(reduction);
-            let d = data(24, 12, 7, classes, &[(3, -100), (8, -100)]);
-            let context = format!("every term, {reduction:?}, C = {classes}");
-            check::<B>(&device(), &context, &d, &loss);
+            for (smoothing, chunk) in [(Some(0.1), None), (None, None), (None, Some(5 * 40))] {
+                let loss = HeadOptions::new()
+                    .with_logit_scale(Some(1.7))
+                    .with_softcap(Some(4.0))
+                    .with_z_loss(Some(0.05))
+                    .with_ignore_index(Some(-100))
+                    .with_class_weights(Some(w(classes)))
+                    .with_smoothing(smoothing)
+                    .with_chunk_elements(chunk)
+                    .with_reduction(reduction);
+                let d = data(24, 12, 7, classes, &[(3, -100), (8, -100)]);
+                let context = format!(
+                    "every term, {reduction:?}, C = {classes}, smoothing {smoothing:?}, \
+                     chunk {chunk:?}"
+                );
+                check::<B>(&device(), &context, &d, &loss);
+            }
         }
+    }
+}
+
+#[test]
+fn the_terms_without_gradients_and_every_row_ignored() {
+    // The untracked call (no gradient wanted) on a batch whose rows are all ignored: a sum of
+    // 0 (the z-term too), a log-probability of 0, the log-sum-exp still given.
+    let device = device();
+    for classes in [5, 40] {
+        let data = data(
+            29,
+            4,
+            3,
+            classes,
+            &[(0, -100), (1, -100), (2, -100), (3, -100)],
+        );
+        let (x, w, b, labels) = data.tensors::<B>(&device, DType::F32);
+        let options = HeadOptions::new()
+            .with_ignore_index(Some(-100))
+            .with_z_loss(Some(0.1))
+            .with_softcap(Some(3.0))
+            .with_reduction(HeadReduction::Sum);
+        let (loss, stats) =
+            fused_linear_cross_entropy_with_token_stats(x, w, Some(b), labels, &options);
+        assert_eq!(to_f64(loss), vec![0.0], "C = {classes}");
+        assert_eq!(to_f64(stats.target_log_prob), vec![0.0; 4], "C = {classes}");
+        assert!(to_f64(stats.log_sum_exp).iter().all(|v| v.is_finite()));
     }
 }
 
@@ -151,6 +186,57 @@ fn the_module_forward_gives_the_logits_the_softmax_sees() {
                 "[{r}, {c}]: {have} vs {want}"
             );
         }
+    }
+}
+
+#[test]
+fn the_module_forward_gradient_stays_exact_when_saturated() {
+    // u = s z / cap of 10 to 12 in every logit (b = +-(60 ..), s = 0.5, cap = 3): tanh(u) is
+    // 1 in f32, and the softcap's slope s 4 e / (1 + e)^2, e = exp(-2 |u|), is 1e-10 to 1e-9;
+    // Burn's `1 - tanh^2` would give 0. An upstream gradient of 1e9 per element lifts db above
+    // the gate's absolute term.
+    type AB = Autodiff<B>;
+    let device = device();
+    let (batch, inputs, classes) = (5, 4, 6);
+    let data = HeadData::random(30, batch, inputs, classes);
+    let bias: Vec<f32> = (0..classes)
+        .map(|c| (if c % 2 == 0 { 1.0 } else { -1.0 }) * (60.0 + 0.3 * c as f32))
+        .collect();
+    let (x, w, _, _) = data.tensors::<AB>(&device, DType::F32);
+    let b = Tensor::<AB, 1>::from_data(
+        TensorData::new(bias.clone(), [classes]),
+        (&device, DType::F32),
+    );
+    let head = FusedLinearCrossEntropy {
+        weight: Param::from_tensor(w),
+        bias: Some(Param::from_tensor(b)),
+        options: HeadOptions::new()
+            .with_logit_scale(Some(0.5))
+            .with_softcap(Some(3.0)),
+    };
+    let gain = 1e9;
+    let grads = (head.forward(x.clone()) * gain).sum().backward();
+    let got = to_f64(head.bias.as_ref().unwrap().val().grad(&grads).unwrap());
+    let (x, w) = (
+        to_f64(x),
+        data.weight.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+    );
+    for c in 0..classes {
+        let want: f64 = (0..batch)
+            .map(|r| {
+                let z = (0..inputs)
+                    .map(|i| x[r * inputs + i] * w[c * inputs + i])
+                    .sum::<f64>()
+                    + bias[c] as f64;
+                let e = (-2.0 * (0.5 * z / 3.0).abs()).exp();
+                gain * 0.5 * 4.0 * e / ((1.0 + e) * (1.0 + e))
+            })
+            .sum();
+        let have = got[c];
+        assert!(
+            (have - want).abs() <= 2e-5 + 2e-4 * want.abs(),
+            "db[{c}]: {have} vs {want}"
+        );
     }
 }
 

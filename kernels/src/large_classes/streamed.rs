@@ -5,7 +5,8 @@
 //!   [`crate::softmax_ce`]) and `dZ = act'(Z) (softmax(H) - onehot) / B` written over P: the
 //!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products. With
 //!   half-precision inputs, P is f32 and dZ is also written rounded to the inputs' type, the
-//!   operand those products take.
+//!   operand those products take. The LM terms (a logit scale, a softcap, the z-loss) and the
+//!   row's log-sum-exp and entropy are compile-time options of the same kernel.
 //! - [`streamed_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
 
 use cubecl::{cube, prelude::*};
@@ -13,7 +14,26 @@ use cubecl::{cube, prelude::*};
 use crate::activation::{activation, activation_grad};
 use crate::reductions::columns::column_total;
 use crate::reductions::tree::{tree_argmax, tree_max, tree_sum};
-use crate::softmax_ce::{checked_label, row_grad, row_loss};
+use crate::softmax_ce::{checked_label, row_loss, softmax_grad};
+
+/// `(H, dH/dA)` of one logit `v = s act(Z)` under the softcap: `cap tanh(v / cap)` and
+/// `s (1 - tanh^2)`, both from one `e = exp(-2 |v / cap|)`: `tanh = (1 - e) / (1 + e)`, and
+/// `1 - tanh^2 = 4 e / (1 + e)^2`, which keeps its digits where a rounded tanh is 1 (`1 - t^2`
+/// from it is 0 from |v / cap| of about 9 in f32). Without the softcap, `(v, s)`.
+#[cube]
+fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: bool) -> (F, F) {
+    let mut h = v;
+    let mut slope = scale;
+    if softcap {
+        let u = v * inv_cap;
+        let e = F::exp(F::new(-2.0) * F::abs(u));
+        let one_e = F::new(1.0) + e;
+        let t = (F::new(1.0) - e) / one_e;
+        h = cap * select(u < F::new(0.0), -t, t);
+        slope = scale * (F::new(4.0) * e / (one_e * one_e));
+    }
+    (h, slope)
+}
 
 /// Row `CUBE_POS` of a chunk `p` [n, C], rows `first..first + n` of a batch of `batch` rows:
 /// writes `loss[first + row]` and replaces the row of `p` with its dZ. One cube per row of
@@ -32,10 +52,21 @@ use crate::softmax_ce::{checked_label, row_grad, row_loss};
 /// rows, a sum or a per-row upstream gradient); the row's loss is written unweighted either
 /// way. Without, `row_weights` is never touched.
 ///
-/// With `predict`, also `predictions[first + row]` = the row's argmax of H (the first class of
-/// the largest value), found with the maximum: each unit keeps the first class of its largest
-/// value, and the tree keeps the larger value, then the smaller class. Without, `predictions`
-/// is never touched.
+/// The logits the softmax sees are `H = s act(Z)` (`scale` s, 1 for none: a product by 1 is
+/// exact), capped at `cap` where `softcap` ([`capped`]); dZ carries `dH/dA`. With `z_loss`,
+/// the gradient of `z_weights[first + row] zeta lse^2` joins dZ (the z-term is not
+/// class-weighted, so it has its own row weight); the loss written is the cross-entropy's
+/// alone, and `stats` is on too (the host adds `zeta lse^2` to the row's loss). With `stats`,
+/// also `lse[first + row]` and `entropy[first + row] = ln d - sum_c e_c (H_c - m) / d`
+/// (`e_c = exp(H_c - m)`), the latter a third fixed-order tree. Tensors an option leaves off
+/// are never touched.
+///
+/// With `predict`, also `predictions[first + row]` = the row's argmax of `s act(Z)` (the
+/// softcap left out: it keeps the order and ties the logits it saturates), the first class of
+/// the largest value, found with the maximum: each unit keeps the first class of its largest
+/// value, and the tree keeps the larger value, then the smaller class. The softcap is
+/// increasing, so the row's maximum of H is the capped maximum. Without, `predictions` is
+/// never touched.
 #[cube(launch_unchecked)]
 pub fn streamed_rows<F: Float, E: Float, L: Int>(
     p: &mut Tensor<F>,
@@ -45,14 +76,23 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
     predictions: &mut Tensor<L>,
     dz_half: &mut Tensor<E>,
     row_weights: &Tensor<F>,
+    z_weights: &Tensor<F>,
+    lse: &mut Tensor<F>,
+    entropy: &mut Tensor<F>,
     first: usize,
     batch: usize,
     nan: f32,
+    scale: f32,
+    cap: f32,
+    zeta: f32,
     #[comptime] cube_units: usize,
     #[comptime] relu: bool,
     #[comptime] predict: bool,
     #[comptime] half: bool,
     #[comptime] weighted: bool,
+    #[comptime] softcap: bool,
+    #[comptime] z_loss: bool,
+    #[comptime] stats: bool,
 ) {
     let rows = p.shape(0);
     let classes = p.shape(1);
@@ -65,19 +105,21 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
     let unit = UNIT_POS as usize;
     let stride = CUBE_DIM as usize;
     let mut smem = SharedMemory::<F>::new(cube_units);
+    let (scale, cap) = (F::cast_from(scale), F::cast_from(cap));
+    let inv_cap = F::new(1.0) / cap;
 
-    // 1. Row maximum of H = act(P + b) (and with `predict`, the first class that holds it).
+    // 1. Row maximum of V = s act(P + b) (and with `predict`, the first class that holds it).
     let mut m = F::min_value();
     let mut at = classes as u32; // none yet
     let mut j = unit;
     while j < classes {
-        let h = activation::<F>(p[base + j] + F::cast_from(bias[j]), relu);
+        let v = activation::<F>(p[base + j] + F::cast_from(bias[j]), relu) * scale;
         if predict {
-            let take = h > m || at == classes as u32;
-            m = select(take, h, m);
+            let take = v > m || at == classes as u32;
+            m = select(take, v, m);
             at = select(take, j as u32, at);
         } else {
-            m = F::max(m, h);
+            m = F::max(m, v);
         }
         j += stride;
     }
@@ -91,21 +133,27 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
     } else {
         (tree_max::<F>(&mut smem), 0u32)
     };
+    // The maximum of H: the softcap is increasing.
+    let (m, _) = capped::<F>(m, scale, cap, inv_cap, softcap);
 
     // 2. The label, checked before it is ever used as an index, and its H, read before any
     //    unit can pass the next tree and overwrite the row.
     let (valid, target) = checked_label::<L>(labels[first + row], L::cast_from(classes));
-    let picked = activation::<F>(p[base + target] + F::cast_from(bias[target]), relu);
+    let v = activation::<F>(p[base + target] + F::cast_from(bias[target]), relu) * scale;
+    let (picked, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
 
     // 3. Denominator d = sum_j exp(H - m), fixed order.
     let mut s = F::new(0.0);
     let mut j = unit;
     while j < classes {
-        s += F::exp(activation::<F>(p[base + j] + F::cast_from(bias[j]), relu) - m);
+        let v = activation::<F>(p[base + j] + F::cast_from(bias[j]), relu) * scale;
+        let (h, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
+        s += F::exp(h - m);
         j += stride;
     }
     smem[unit] = s;
     let d = tree_sum::<F>(&mut smem);
+    let log_sum_exp = m + F::ln(d);
 
     // 4. The loss.
     let nan = F::cast_from(nan);
@@ -114,33 +162,55 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
         if predict {
             predictions[first + row] = L::cast_from(predicted);
         }
+        if stats {
+            lse[first + row] = log_sum_exp;
+        }
     }
 
     // 5. dZ from the same m and d, over P.
     let inv_d = F::new(1.0) / d;
-    let scale = if weighted {
+    let row_scale = if weighted {
         row_weights[first + row]
     } else {
         F::new(1.0) / F::cast_from(batch)
     };
+    // The z-term's gradient 2 zeta lse p, times the row's z-weight.
+    let mut z_scale = F::new(0.0);
+    if z_loss {
+        z_scale = F::new(2.0) * F::cast_from(zeta) * log_sum_exp * z_weights[first + row];
+    }
+    let mut spread = F::new(0.0); // sum_c e_c (H_c - m), with `stats`
     let mut j = unit;
     while j < classes {
         let z = p[base + j] + F::cast_from(bias[j]);
-        let dh = row_grad::<F>(
-            activation::<F>(z, relu),
-            m,
-            inv_d,
-            j == target,
-            valid,
+        let (h, slope) = capped::<F>(
+            activation::<F>(z, relu) * scale,
             scale,
-            nan,
+            cap,
+            inv_cap,
+            softcap,
         );
-        let dz = activation_grad::<F>(z, dh, relu);
+        let e = F::exp(h - m);
+        let mut dh = softmax_grad::<F>(e * inv_d, j == target, valid, row_scale, nan);
+        if z_loss {
+            dh += z_scale * (e * inv_d);
+        }
+        if stats {
+            spread += e * (h - m);
+        }
+        let dz = activation_grad::<F>(z, dh * slope, relu);
         p[base + j] = dz;
         if half {
             dz_half[base + j] = E::cast_from(dz);
         }
         j += stride;
+    }
+    if stats {
+        smem[unit] = spread;
+        let spread = tree_sum::<F>(&mut smem);
+        if unit == 0 {
+            entropy[first + row] = F::ln(d) - spread * inv_d;
+        }
     }
 }
 

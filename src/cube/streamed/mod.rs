@@ -4,7 +4,9 @@
 //! For each chunk of rows (in order, sized by [`chunk_rows`]):
 //! 1. `P = X[rows] W^T` into one chunk buffer `[rows, C]`;
 //! 2. one cube per row (`kernels::large_classes::streamed::streamed_rows`): `Z = P + b`,
-//!    `H = act(Z)`, the row's loss, and `dZ = act'(Z) (softmax(H) - onehot) / B` over P;
+//!    `H = act(Z)`, the row's loss, and `dZ = act'(Z) (softmax(H) - onehot) / B` over P
+//!    (with the LM terms of [`Settings::terms`]: H scaled and capped, the z-term's gradient,
+//!    each row's log-sum-exp and entropy);
 //! 3. `dX[rows] = dZ W`, `dW (+)= dZ^T X[rows]` and `db (+)= column_sum(dZ)`, for the wanted
 //!    gradients only; the first chunk writes, the next ones add, in chunk order.
 //!
@@ -45,6 +47,7 @@ use super::cubek_tf32::Product;
 use super::large_classes::tiled_matmul;
 use super::launch::{CUBE_UNITS, by_label_type, cast, contiguous, empty, empty_of, mean_of_parts};
 use crate::backend::{HeadGradients, HeadWanted};
+use crate::options::RowTerms;
 
 /// Elements of the chunk buffer `[rows, C]` at most below [`LARGE_VOCABULARY`] classes.
 /// Invariant of memory (the path's bound): 48 Mi floats, 192 MiB. Within it, larger chunks
@@ -110,7 +113,8 @@ pub(crate) fn chunk_rows(batch: usize, classes: usize, chunk_elements: Option<us
     rows.min(batch).max(1)
 }
 
-/// How one call of the path computes: the product precision, the activation, the chunk budget.
+/// How one call of the path computes: the product precision, the activation, the chunk
+/// budget, the LM terms.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Settings {
     /// TF32 tensor cores for the products (f32 inputs on a device that has them).
@@ -119,14 +123,27 @@ pub(super) struct Settings {
     pub relu: bool,
     /// See [`chunk_rows`].
     pub chunk_elements: Option<usize>,
+    /// The logit scale, softcap and z-loss, and whether to give the statistics (its
+    /// activation and smoothing are not read: the activation is `relu`'s, smoothing never
+    /// streams).
+    pub terms: RowTerms,
 }
 
-/// The loss `[1]`, the gradients and (where asked for) the predictions `[B]` of one call.
+/// The loss `[1]` (or the per-row losses `[B]`), the gradients, (where asked for) the
+/// predictions `[B]`, and (with a z-loss or the statistics) each row's log-sum-exp and entropy
+/// `[B]` (f32) of one call.
 pub(super) type LossAndGradients<R, F, I, BT> = (
     CubeTensor<R>,
     HeadGradients<CubeBackend<R, F, I, BT>>,
     Option<CubeTensor<R>>,
+    Option<[CubeTensor<R>; 2]>,
 );
+
+/// Whether `terms` need the row kernel's statistics: the z-loss (its term `zeta lse^2` is
+/// added to the row's loss from them) or the statistics themselves.
+pub(super) fn wants_stats(terms: &RowTerms) -> bool {
+    terms.token_stats || terms.z_loss != 0.0
+}
 
 /// Whether half-precision inputs like `x` run on this path: on CUDA where cuBLASLt loads.
 pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
@@ -147,6 +164,11 @@ pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
 /// place of the mean, the per-row losses `[B]` in f32, unweighted. X, W, b and the
 /// labels are checked by the caller; B > 0 and I > 0. The float inputs are f32 (then `F` is
 /// f32), or bf16 where [`half_available`] says so.
+///
+/// With the LM terms of `settings.terms` (row weights required with a z-loss): the loss rows
+/// are the cross-entropy's of the scaled and capped logits, the z-term's gradient joins with
+/// each row's `z_weights[r]` (`[B]`, f32), and the statistics `[lse, entropy]` come back for
+/// the caller to add `zeta lse^2` and to give them.
 pub(super) fn loss_and_gradients<
     R: CubeRuntime,
     F: FloatElement,
@@ -159,11 +181,13 @@ pub(super) fn loss_and_gradients<
     settings: Settings,
     predict: bool,
     row_weights: Option<CubeTensor<R>>,
+    z_weights: Option<CubeTensor<R>>,
 ) -> LossAndGradients<R, F, I, BT> {
     let Settings {
         tf32,
         relu,
         chunk_elements,
+        terms,
     } = settings;
     let (x, weight, bias, labels) = (
         contiguous(x),
@@ -197,6 +221,18 @@ pub(super) fn loss_and_gradients<
         Some(w) => contiguous(w),
         None => empty_of::<R>(&x, [1], sums),
     };
+    let z_loss = terms.z_loss != 0.0;
+    assert!(
+        !z_loss || (weighted && z_weights.is_some()),
+        "the streamed z-loss needs row weights and z-weights"
+    );
+    let z_weights = match z_weights {
+        Some(w) if z_loss => contiguous(w),
+        _ => empty_of::<R>(&x, [1], sums),
+    };
+    // Each row's log-sum-exp and entropy [B] (f32), or one element each never written.
+    let stats = wants_stats(&terms);
+    let [lse, entropy] = [(); 2].map(|_| empty_of::<R>(&x, [if stats { batch } else { 1 }], sums));
     let launch_rows = match dtype {
         DType::BF16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16>),
         _ => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, f32>),
@@ -213,6 +249,10 @@ pub(super) fn loss_and_gradients<
         half: copy,
         row_weights: &row_weights,
         weighted,
+        z_weights: &z_weights,
+        lse: &lse,
+        entropy: &entropy,
+        terms,
         launch_rows,
         batch,
         tf32,
@@ -247,6 +287,7 @@ pub(super) fn loss_and_gradients<
             bias: grads.bias.map(|t| cast(t, dtype)),
         },
         predict.then_some(predictions),
+        stats.then_some([lse, entropy]),
     )
 }
 
@@ -277,6 +318,14 @@ struct Chunk<'a, R: CubeRuntime> {
     /// With `weighted`, each row's dZ scale `[B]` (f32), else one element never read.
     row_weights: &'a CubeTensor<R>,
     weighted: bool,
+    /// With a z-loss, each row's z-term weight `[B]` (f32), else one element never read.
+    z_weights: &'a CubeTensor<R>,
+    /// With [`wants_stats`], each row's log-sum-exp and entropy `[B]` (f32), else one element
+    /// each never written.
+    lse: &'a CubeTensor<R>,
+    entropy: &'a CubeTensor<R>,
+    /// The LM terms (see [`Settings::terms`]).
+    terms: RowTerms,
     launch_rows: RowsLaunch<R>,
     batch: usize,
     tf32: bool,
@@ -371,7 +420,9 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     // SAFETY: the kernel guards every access by P's shape; P [n, C] (made by this path), b and
     // the labels are contiguous; rows first..first + n of the labels and the losses exist;
     // with `half`, dz_half holds n x C elements; with `weighted`, the row weights are [B] f32
-    // (checked by the caller) and contiguous.
+    // (checked by the caller) and contiguous; with a z-loss so are the z-weights; with the
+    // statistics, lse and entropy are [B].
+    let terms = chunk.terms;
     unsafe {
         kernels::streamed_rows::launch_unchecked::<f32, E, L, R>(
             &p.client,
@@ -384,14 +435,23 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
             chunk.predictions.clone().into_tensor_arg(),
             chunk.dz_half.clone().into_tensor_arg(),
             chunk.row_weights.clone().into_tensor_arg(),
+            chunk.z_weights.clone().into_tensor_arg(),
+            chunk.lse.clone().into_tensor_arg(),
+            chunk.entropy.clone().into_tensor_arg(),
             first,
             chunk.batch,
             f32::NAN,
+            terms.logit_scale,
+            terms.softcap.unwrap_or(1.0),
+            terms.z_loss,
             CUBE_UNITS as usize,
             chunk.relu,
             chunk.predict,
             chunk.half,
             chunk.weighted,
+            terms.softcap.is_some(),
+            terms.z_loss != 0.0,
+            wants_stats(&terms),
         );
     }
 }

@@ -2,7 +2,8 @@
 //! profiler (Nsight Compute: `ncu --section SpeedOfLight ...`).
 //!
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
-//!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA]
+//!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA] [--softcap CAP]
+//!     [--logit-scale S]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -12,8 +13,8 @@
 //! op's precision and activation (exact and ReLU by default). `--bf16` runs on bf16 tensors
 //! (`CubeBackend<CudaRuntime, bf16, ..>`, or `Cuda<bf16>` with `--fusion`). `--chunk N` sets
 //! the streamed path's chunk budget to N elements (`HeadOptions::chunk_elements`; the path's
-//! rule otherwise). `--z-loss ZETA` adds the z-loss (`HeadOptions::z_loss`), which runs the
-//! materialized path: its cost beside the streamed path's.
+//! rule otherwise). `--z-loss ZETA`, `--softcap CAP` and `--logit-scale S` add the LM terms
+//! (`HeadOptions::{z_loss, softcap, logit_scale}`): their cost beside the plain step's.
 
 use std::time::Instant;
 
@@ -62,8 +63,17 @@ fn head<B: FusedHeadBackend>(
     if let Some(zeta) = value_of("--z-loss") {
         options = options.with_z_loss(Some(zeta.parse().expect("--z-loss ZETA: a number")));
     }
+    if let Some(cap) = value_of("--softcap") {
+        options = options.with_softcap(Some(cap.parse().expect("--softcap CAP: a number")));
+    }
+    if let Some(s) = value_of("--logit-scale") {
+        options = options.with_logit_scale(Some(s.parse().expect("--logit-scale S: a number")));
+    }
     fused_linear_cross_entropy(x, w, Some(b), labels, &options)
 }
+
+/// The flags that take a value.
+const VALUED: [&str; 4] = ["--chunk", "--z-loss", "--softcap", "--logit-scale"];
 
 /// B, I, C and steps from the command line: (64, 128, 10) and 1 step by default.
 fn command_line() -> (usize, usize, usize, usize) {
@@ -72,9 +82,7 @@ fn command_line() -> (usize, usize, usize, usize) {
         .iter()
         .enumerate()
         .skip(1)
-        .filter(|(k, a)| {
-            !a.starts_with("--") && all[k - 1] != "--chunk" && all[k - 1] != "--z-loss"
-        })
+        .filter(|(k, a)| !a.starts_with("--") && !VALUED.contains(&all[k - 1].as_str()))
         .map(|(_, a)| a)
         .map(|a| {
             a.parse()
