@@ -170,8 +170,8 @@ pub struct HeadStepOutput<B: Backend> {
     /// The wanted gradients, for a unit upstream gradient.
     pub gradients: HeadGradients<B>,
     /// Where asked for, each row's predicted class `[B]` in the targets' int dtype: the
-    /// argmax of `act(X W^T + b)`, the first class of the row's largest value (a row with a
-    /// NaN gets an unspecified class; its loss is NaN).
+    /// argmax of `s act(X W^T + b)` (s the terms' logit scale, 1 without), the first class of
+    /// the row's largest value (a row with a NaN gets an unspecified class; its loss is NaN).
     pub predictions: Option<IntTensor<B>>,
     /// With a z-loss or [`RowTerms::token_stats`] in the step's terms, each row's statistics
     /// in the loss rows' dtype: its log-sum-exp, entropy, and the log-probability of its
@@ -562,9 +562,8 @@ pub trait FusedHeadBackend: Backend {
     /// besides; B > 0 where the options are not plain or the statistics are asked for. What
     /// [`crate::fused_linear_cross_entropy`] runs. The default computes the result alone:
     /// plain options through [`head_step`](Self::head_step), others through the streamed
-    /// path's row weights or the materialized path (the statistics and the logit terms
-    /// always through the latter). [`Autodiff`](burn::backend::Autodiff) overrides it with a
-    /// tracked op.
+    /// path's row weights (and LM terms) or the materialized path.
+    /// [`Autodiff`](burn::backend::Autodiff) overrides it with a tracked op.
     fn head_cross_entropy(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

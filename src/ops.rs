@@ -60,11 +60,11 @@ use crate::validate;
 ///   empty batch (B = 0) gives NaN (mean), 0 (sum) or `[0]` (none, untracked); its gradients
 ///   are zero.
 /// - Paths: plain options ([`HeadOptions::is_plain`]) run the fused kernels. Without
-///   smoothing, C > 32 on the CubeCL backends runs the streamed path with each row's weight in
-///   its row kernel; the reduction `None` runs that pass again in the backward step (twice
-///   the products of the mean). Label smoothing, the logit scale, the softcap, the z-loss,
-///   C <= 32 and the stock-op backends run the materialized path, which holds Z and the rows'
-///   gradients, two `[B, C]` tensors.
+///   smoothing, C > 32 on the CubeCL backends runs the streamed path with each row's weight
+///   (and the logit scale, softcap and z-loss) in its row kernel; the reduction `None` runs
+///   that pass again in the backward step (twice the products of the mean). Label smoothing,
+///   C <= 32, f16 tensors with options and the stock-op backends run the materialized path,
+///   which holds Z and the rows' gradients, two `[B, C]` tensors.
 ///
 /// # Panics
 /// Before anything runs, on mismatched shapes (the I of X and W, b not `[C]`, targets not
@@ -131,9 +131,9 @@ pub struct TokenStats<B: Backend, const D: usize> {
 }
 
 /// [`fused_linear_cross_entropy`] and each row's [`TokenStats`] (log-sum-exp, log-probability
-/// of the target, entropy), in one call. These run the materialized path (Z `[B, C]` held once,
-/// the statistics from the same row pass as the loss). The loss, its tracking, checks and
-/// panics are [`fused_linear_cross_entropy`]'s.
+/// of the target, entropy), in one call, from the same row pass as the loss (the streamed row
+/// kernel where the options' path streams, else the materialized path's). The loss, its
+/// tracking, checks and panics are [`fused_linear_cross_entropy`]'s.
 ///
 /// ```
 /// use burn::backend::NdArray;

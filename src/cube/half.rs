@@ -8,7 +8,9 @@
 //! `Autodiff` runs the training step with the gradients in the forward pass for f16 inputs at
 //! every C (it keeps no dH), and the step never makes the f16 copy of dZ that bf16's native
 //! path makes (bf16 has f32's exponent range). `head_forward` called directly on f16 tensors
-//! does return dH rounded to f16, as its contract says.
+//! does return dH rounded to f16, as its contract says. With row weights (loss options, LM
+//! terms) at C > 32, f16 inputs take the materialized path (`backend::weighted_step`), not
+//! the streamed one.
 //!
 //! - The training step at C > 32 (`head_step`, with or without predictions) on
 //!   bf16 inputs runs natively where cuBLASLt loads (f16 inputs: below): the streamed path with products on bf16

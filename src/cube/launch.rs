@@ -19,8 +19,8 @@ use crate::validate;
 /// covered by a strided loop.
 pub(super) const CUBE_UNITS: u32 = 256;
 
-/// What the kernels accept: f32 and bf16 (see [`super::half`]; not f16, whose range dZ leaves
-/// at large B); 32-bit addressing.
+/// What the kernels accept: f32, bf16 and f16 (the half types through [`super::half`]); 32-bit
+/// addressing.
 pub(super) const LIMITS: HeadLimits = HeadLimits {
     float_dtypes: Some(&[DType::F32, DType::BF16, DType::F16]),
     max_elements: u32::MAX as usize,

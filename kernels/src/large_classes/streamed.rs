@@ -4,8 +4,8 @@
 //! - [`streamed_rows`]: per row, `Z = P + b`, `H = act(Z)`, the loss (the algebra of
 //!   [`crate::softmax_ce`]) and `dZ = act'(Z) (softmax(H) - onehot) / B` written over P: the
 //!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products. With
-//!   half-precision inputs, P is f32 and dZ is also written rounded to the inputs' type, the
-//!   operand those products take. The LM terms (a logit scale, a softcap, the z-loss) and the
+//!   bf16 inputs, P is f32 and dZ is also written rounded to bf16, the operand those products
+//!   take. The LM terms (a logit scale, a softcap, the z-loss) and the
 //!   row's log-sum-exp and entropy are compile-time options of the same kernel.
 //! - [`streamed_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
 
