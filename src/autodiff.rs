@@ -402,13 +402,14 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
                 None => w,
             }; // [B]
             let rho = per_row(rows.weight.clone());
-            let z_weights = per_row(keep);
-            let step = HeadStep::loss()
+            let mut step = HeadStep::loss()
                 .with_wanted(wanted)
                 .with_predictions(predict)
                 .with_row_weights(rho.into_primitive().tensor())
-                .with_terms(terms)
-                .with_z_weights(z_weights.into_primitive().tensor());
+                .with_terms(terms);
+            if terms.z_loss != 0.0 {
+                step = step.with_z_weights(per_row(keep).into_primitive().tensor());
+            }
             let out = B::head_step(
                 x.primitive,
                 weight.primitive,
@@ -505,16 +506,17 @@ impl<B: FusedHeadBackend> Backward<B, 3> for RowsAgain {
         let row_weight = float(row_weight);
         let grad = float(grad).cast(row_weight.dtype());
         let rho = grad.clone() * row_weight; // [B]
-        let z_weights = grad * float(keep); // [B]
         let terms = RowTerms {
             token_stats: false,
             ..self.1
         };
-        let step = HeadStep::loss()
+        let mut step = HeadStep::loss()
             .with_wanted(wanted)
             .with_row_weights(rho.into_primitive().tensor())
-            .with_terms(terms)
-            .with_z_weights(z_weights.into_primitive().tensor());
+            .with_terms(terms);
+        if terms.z_loss != 0.0 {
+            step = step.with_z_weights((grad * float(keep)).into_primitive().tensor()); // [B]
+        }
         let out = B::head_step(x, weight, bias, labels, step, self.0);
         register::<B>(grads, parents, out.gradients, |g| g);
     }

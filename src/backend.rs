@@ -755,10 +755,7 @@ pub(crate) fn streams<B: FusedHeadBackend>(
 /// Panics unless `terms` are the plain cross-entropy's: the LM terms need row weights.
 pub(crate) fn plain_without_row_weights(op: &str, terms: &RowTerms) {
     assert!(
-        terms.logit_scale == 1.0
-            && terms.softcap.is_none()
-            && terms.z_loss == 0.0
-            && !terms.token_stats,
+        terms.is_plain(),
         "{op}: a logit scale, softcap, z-loss or statistics need row weights"
     );
     assert!(terms.smoothing == 0.0, "{op}: smoothing does not stream");
@@ -872,7 +869,7 @@ pub(crate) fn weighted_step<B: FusedHeadBackend>(
     let dtype = x.dtype();
     let label_dtype = targets.dtype();
     let classes = weight.shape()[0];
-    let stats = terms.token_stats || terms.z_loss != 0.0;
+    let stats = terms.wants_stats();
     // The cross-entropy rows (and the statistics) of the scaled, capped logits.
     let plain = HeadOptions::new()
         .with_activation(kernels.activation)

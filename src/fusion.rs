@@ -412,7 +412,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
                 .map(|shape| (shape, float_dtype)),
         );
         // Each row's log-sum-exp, target log-probability and entropy.
-        let stats = terms.token_stats || terms.z_loss != 0.0;
+        let stats = terms.wants_stats();
         if stats {
             outputs.extend([(); 3].map(|_| (Shape::new([batch]), sums)));
         }

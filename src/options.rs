@@ -342,4 +342,16 @@ impl RowTerms {
     pub fn with_activation(self, activation: HeadActivation) -> Self {
         Self { activation, ..self }
     }
+
+    /// Whether the row pass computes each row's statistics: asked for, or needed by the
+    /// z-loss (its term `zeta lse^2` is added from the log-sum-exp).
+    pub(crate) fn wants_stats(&self) -> bool {
+        self.token_stats || self.z_loss != 0.0
+    }
+
+    /// Whether these are the plain cross-entropy's terms (activation and smoothing aside): no
+    /// logit scale, softcap, z-loss or statistics.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.logit_scale == 1.0 && self.softcap.is_none() && !self.wants_stats()
+    }
 }

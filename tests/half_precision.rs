@@ -100,24 +100,33 @@ fn f16_training_step_is_within_the_f16_bound_of_the_f64_reference() {
     }
 }
 
-#[test]
-fn f16_predictions_are_the_rows_argmax() {
+/// The predictions of untracked calls in `dtype` on `B` (seed `seed`) against the argmax of
+/// the f64 reference's H on the same rounded inputs, at every shape.
+fn predictions_are_the_rows_argmax<B: FusedHeadBackend<Device = CudaDevice>>(
+    dtype: DType,
+    seed: u64,
+) {
     let device = CudaDevice::default();
     for &(batch, inputs, classes, elements) in SHAPES {
-        let data = HeadData::random(4, batch, inputs, classes).rounded_to(DType::F16);
+        let data = HeadData::random(seed, batch, inputs, classes).rounded_to(dtype);
         let options = chunks(HeadActivation::Relu, elements);
-        let (x, w, b, labels) = data.tensors::<FusionF16>(&device, DType::F16);
+        let (x, w, b, labels) = data.tensors::<B>(&device, dtype);
         let (_loss, predictions) =
             fused_linear_cross_entropy_and_predictions(x, w, Some(b), labels, &options);
         let predictions = to_i64(predictions);
         let h = reference_stages(&data, 1.0).h;
         assert_predictions(
-            &format!("f16 B={batch} C={classes}"),
+            &format!("{dtype:?} B={batch} C={classes}"),
             &predictions,
             &h,
             classes,
         );
     }
+}
+
+#[test]
+fn f16_predictions_are_the_rows_argmax() {
+    predictions_are_the_rows_argmax::<FusionF16>(DType::F16, 4);
 }
 
 /// The loss and gradients of one bf16 call, as bits.
@@ -151,22 +160,7 @@ fn bf16_gives_the_same_bits_on_every_call() {
 
 #[test]
 fn bf16_predictions_are_the_rows_argmax() {
-    let device = CudaDevice::default();
-    for &(batch, inputs, classes, elements) in SHAPES {
-        let data = HeadData::random(3, batch, inputs, classes).rounded_to(DType::BF16);
-        let options = chunks(HeadActivation::Relu, elements);
-        let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
-        let (_loss, predictions) =
-            fused_linear_cross_entropy_and_predictions(x, w, Some(b), labels, &options);
-        let predictions = to_i64(predictions);
-        let h = reference_stages(&data, 1.0).h;
-        assert_predictions(
-            &format!("bf16 B={batch} C={classes}"),
-            &predictions,
-            &h,
-            classes,
-        );
-    }
+    predictions_are_the_rows_argmax::<FusionBf16>(DType::BF16, 3);
 }
 
 /// Rows ignored under `HeadOptions` in bf16 (every fifth): the loss and the gradients are those of

@@ -139,12 +139,6 @@ pub(super) type LossAndGradients<R, F, I, BT> = (
     Option<[CubeTensor<R>; 2]>,
 );
 
-/// Whether `terms` need the row kernel's statistics: the z-loss (its term `zeta lse^2` is
-/// added to the row's loss from them) or the statistics themselves.
-pub(super) fn wants_stats(terms: &RowTerms) -> bool {
-    terms.token_stats || terms.z_loss != 0.0
-}
-
 /// Whether half-precision inputs like `x` run on this path: on CUDA where cuBLASLt loads.
 pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
     #[cfg(feature = "cuda")]
@@ -231,7 +225,7 @@ pub(super) fn loss_and_gradients<
         _ => empty_of::<R>(&x, [1], sums),
     };
     // Each row's log-sum-exp and entropy [B] (f32), or one element each never written.
-    let stats = wants_stats(&terms);
+    let stats = terms.wants_stats();
     let [lse, entropy] = [(); 2].map(|_| empty_of::<R>(&x, [if stats { batch } else { 1 }], sums));
     let launch_rows = match dtype {
         DType::BF16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16>),
@@ -320,7 +314,7 @@ struct Chunk<'a, R: CubeRuntime> {
     weighted: bool,
     /// With a z-loss, each row's z-term weight `[B]` (f32), else one element never read.
     z_weights: &'a CubeTensor<R>,
-    /// With [`wants_stats`], each row's log-sum-exp and entropy `[B]` (f32), else one element
+    /// With [`RowTerms::wants_stats`], each row's log-sum-exp and entropy `[B]` (f32), else one element
     /// each never written.
     lse: &'a CubeTensor<R>,
     entropy: &'a CubeTensor<R>,
@@ -451,7 +445,7 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
             chunk.weighted,
             terms.softcap.is_some(),
             terms.z_loss != 0.0,
-            wants_stats(&terms),
+            terms.wants_stats(),
         );
     }
 }
