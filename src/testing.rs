@@ -23,3 +23,55 @@ pub fn peak_memory<T>(f: impl FnOnce() -> T) -> (T, u64) {
         (f(), 0)
     }
 }
+
+/// Runs `f` with the streamed path's cuBLASLt chunks ordered from the host (the row kernel on
+/// CubeCL's stream, two host waits per chunk) in place of one GPU timeline, for the tests that
+/// compare the two routes bit for bit. Process-wide while `f` runs: callers in one process
+/// must not overlap. Nothing changes where cuBLASLt does not run.
+pub fn host_ordered<T>(f: impl FnOnce() -> T) -> T {
+    #[cfg(feature = "cube")]
+    {
+        use crate::cube::streamed::routes::HOST_ORDERED;
+        use std::sync::atomic::Ordering;
+        HOST_ORDERED.store(true, Ordering::SeqCst);
+        let out = f();
+        HOST_ORDERED.store(false, Ordering::SeqCst);
+        out
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        f()
+    }
+}
+
+/// How many streamed steps of this process ran on one GPU timeline (CUDA with cuBLASLt, the
+/// row kernel on cuBLASLt's stream); 0 elsewhere.
+pub fn one_timeline_steps() -> u64 {
+    #[cfg(feature = "cube")]
+    {
+        crate::cube::streamed::routes::ONE_TIMELINE.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        0
+    }
+}
+
+/// Runs `f` with the streamed path's TF32 dW computed from X as stored (both operands
+/// MN-major) in place of X's transposed chunk, for the benchmark's comparison of the two
+/// layouts. Process-wide while `f` runs. Nothing changes where cuBLASLt does not run.
+pub fn dw_from_x_as_stored<T>(f: impl FnOnce() -> T) -> T {
+    #[cfg(feature = "cube")]
+    {
+        use crate::cube::streamed::routes::DW_AS_STORED;
+        use std::sync::atomic::Ordering;
+        DW_AS_STORED.store(true, Ordering::SeqCst);
+        let out = f();
+        DW_AS_STORED.store(false, Ordering::SeqCst);
+        out
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        f()
+    }
+}

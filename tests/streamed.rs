@@ -143,3 +143,150 @@ on_backend!(
     burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>,
     burn::backend::cuda::CudaDevice::default()
 );
+
+/// CUDA: a step on one GPU timeline (the row kernel compiled outside CubeCL's server and
+/// launched on cuBLASLt's stream) gives the bits of the host-ordered route (the same kernel
+/// launched by CubeCL on its stream, two host waits per chunk), in every precision, with the
+/// loss options, the LM terms, the statistics and the predictions, over ragged chunks.
+#[cfg(feature = "cuda")]
+mod one_timeline {
+    use super::*;
+    use burn::tensor::Int;
+    use burn_fused_head::{
+        HeadOptions, HeadReduction, fused_linear_cross_entropy_with_token_stats,
+    };
+    use burn_fused_head_testing::reference::HeadData;
+
+    /// Every output of one tracked call and of one predictions call, read back as f64 (exact
+    /// from f32 and bf16, so equal values are equal bits).
+    fn outputs<B: FusedHeadBackend>(
+        device: &B::Device,
+        data: &HeadData,
+        options: &HeadOptions,
+        dtype: DType,
+    ) -> Vec<Vec<f64>> {
+        let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, dtype);
+        let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+        let (loss, stats) = fused_linear_cross_entropy_with_token_stats(
+            x.clone(),
+            w.clone(),
+            Some(b.clone()),
+            labels.clone(),
+            options,
+        );
+        let grads = (loss.clone() * 0.75).sum().backward();
+        let (_, predictions) = fused_linear_cross_entropy_and_predictions(
+            x.clone().detach(),
+            w.clone().detach(),
+            Some(b.clone().detach()),
+            labels,
+            options,
+        );
+        let predictions: Tensor<Autodiff<B>, 1, Int> = predictions;
+        vec![
+            values(loss),
+            values(x.grad(&grads).expect("dX")),
+            values(w.grad(&grads).expect("dW")),
+            values(b.grad(&grads).expect("db")),
+            values(stats.log_sum_exp),
+            values(stats.target_log_prob),
+            values(stats.entropy),
+            predictions
+                .into_data()
+                .convert::<i64>()
+                .to_vec::<i64>()
+                .expect("predictions")
+                .into_iter()
+                .map(|p| p as f64)
+                .collect(),
+        ]
+    }
+
+    fn same_bits<B: FusedHeadBackend>(device: &B::Device) {
+        // B = 97 in chunks of 13 rows (7 full, a ragged 6), C = 129.
+        let (batch, inputs, classes) = (97, 40, 129);
+        let data = HeadData::random(811, batch, inputs, classes);
+        // The same rows with one ignored.
+        let mut ignoring = data.clone();
+        ignoring.labels[5] = -100;
+        let weights: Vec<f32> = (0..classes).map(|c| 0.5 + (c % 5) as f32 * 0.25).collect();
+        let cases = [
+            (
+                &data,
+                HeadOptions::new().with_activation(HeadActivation::Relu),
+            ),
+            (
+                &data,
+                HeadOptions::new()
+                    .with_logit_scale(Some(0.8))
+                    .with_softcap(Some(6.0))
+                    .with_z_loss(Some(1e-3)),
+            ),
+            (
+                &ignoring,
+                HeadOptions::new()
+                    .with_ignore_index(Some(-100))
+                    .with_class_weights(Some(weights))
+                    .with_reduction(HeadReduction::Sum),
+            ),
+        ];
+        let precisions = [
+            (DType::F32, HeadPrecision::Exact),
+            (DType::F32, HeadPrecision::Tf32),
+            (DType::BF16, HeadPrecision::Exact),
+        ];
+        let names = [
+            "loss",
+            "dX",
+            "dW",
+            "db",
+            "lse",
+            "log p",
+            "entropy",
+            "predictions",
+        ];
+        for (data, options) in cases {
+            for (dtype, precision) in precisions {
+                let options = options
+                    .clone()
+                    .with_precision(precision)
+                    .with_chunk_elements(Some(classes * 13));
+                let before = burn_fused_head::testing::one_timeline_steps();
+                let one = outputs::<B>(device, data, &options, dtype);
+                assert!(
+                    burn_fused_head::testing::one_timeline_steps() > before,
+                    "the step ran on one GPU timeline ({dtype:?}, {options:?})"
+                );
+                let host = burn_fused_head::testing::host_ordered(|| {
+                    outputs::<B>(device, data, &options, dtype)
+                });
+                for ((name, a), b) in names.iter().zip(&one).zip(&host) {
+                    // Equal bits (f32 and bf16 are exact in f64; NaN equals NaN here).
+                    let differ = a
+                        .iter()
+                        .zip(b)
+                        .filter(|(a, b)| a.to_bits() != b.to_bits())
+                        .count();
+                    assert!(
+                        a.len() == b.len() && differ == 0,
+                        "{name}: {differ} of {} elements differ between the routes \
+                         ({dtype:?}, {options:?})",
+                        a.len()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_timeline_gives_the_host_ordered_bits_fusion() {
+        same_bits::<burn::backend::Cuda>(&burn::backend::cuda::CudaDevice::default());
+    }
+
+    #[test]
+    fn one_timeline_gives_the_host_ordered_bits_raw() {
+        same_bits::<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>(
+            &burn::backend::cuda::CudaDevice::default(),
+        );
+    }
+}

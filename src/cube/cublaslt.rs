@@ -2,9 +2,11 @@
 //! at run time, as cubecl-cuda loads NVRTC; it builds without a CUDA toolkit).
 //!
 //! cuBLASLt runs on a stream of its own, in the primary context that CubeCL also uses, so the
-//! pointers of CubeCL's buffers are valid there. CubeCL 0.10 does not expose its stream, so the
-//! order between the two is kept from the host: [`super::streamed`] waits for CubeCL's queue
-//! before a batch of products and for this stream after it (two host waits per chunk of rows).
+//! pointers of CubeCL's buffers are valid there. CubeCL 0.10 does not expose its stream, so
+//! [`super::streamed`] queues the row kernel on this stream too (compiled outside CubeCL's
+//! server) and waits for CubeCL's queue once before a step and for this stream once after it;
+//! where that kernel cannot be loaded, it orders the two streams from the host, two waits per
+//! chunk of rows.
 //!
 //! Determinism: one algorithm per problem (cuBLASLt's first heuristic answer for the shape and
 //! the operands' alignments, kept for the process), one stream and one workspace per device; cuBLASLt's algorithms
@@ -116,6 +118,26 @@ impl Gemm {
             rows,
             [false, true],
             [inputs, classes, inputs],
+            tf32,
+        )
+    }
+
+    /// `dW [C, I] (+)= dZ^T X` with the chunk of X given transposed, `Xt [I, rows]` row-major:
+    /// the product's K (the rows) is then contiguous in one operand, which TF32's tensor cores
+    /// on Hopper read at full rate (with X as stored, both operands are MN-major: half rate).
+    pub fn weight_gradient_transposed(
+        rows: usize,
+        inputs: usize,
+        classes: usize,
+        tf32: bool,
+    ) -> Self {
+        // Column-major: dW^T [I, C] = (Xt as [rows, I])^T (dZ as [C, rows])^T.
+        Self::f32(
+            inputs,
+            classes,
+            rows,
+            [true, true],
+            [rows, classes, inputs],
             tf32,
         )
     }
@@ -276,6 +298,90 @@ impl Engine {
     /// Blocks until every product enqueued so far has finished.
     pub fn synchronize(&self) {
         self.stream.synchronize().expect("cuBLASLt stream");
+    }
+
+    /// The engine's CUDA context (CubeCL's primary context of the device).
+    pub fn context(&self) -> &CudaContext {
+        &self.context
+    }
+
+    /// The engine's stream, for kernels queued beside its products.
+    pub fn cu_stream(&self) -> cudarc::driver::sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    /// `words` copied to a new device buffer, queued on the engine's stream (so ordered before
+    /// what is queued after), with its device address; the buffer must outlive that work.
+    pub fn upload(&self, words: &[u64]) -> (CudaSlice<u64>, u64) {
+        use cudarc::driver::DevicePtr;
+        self.context
+            .bind_to_thread()
+            .expect("bind the CUDA context");
+        let buffer = self.stream.clone_htod(words).expect("upload to the device");
+        let ptr = {
+            let (ptr, _record) = buffer.device_ptr(&self.stream);
+            ptr
+        };
+        (buffer, ptr)
+    }
+
+    /// Enqueues `dst = src^T`: `src` row-major `[rows, cols]` f32, `dst` row-major
+    /// `[cols, rows]` f32 (cuBLASLt's matrix transform: a copy, exact).
+    ///
+    /// # Safety
+    /// `src` and `dst` are device pointers of this device holding `rows x cols` floats each,
+    /// live until the stream is synchronised, and nothing else touches them meanwhile.
+    pub unsafe fn transpose(&mut self, src: u64, dst: u64, rows: usize, cols: usize) {
+        self.context
+            .bind_to_thread()
+            .expect("bind the CUDA context");
+        let f32 = sys::cudaDataType::CUDA_R_32F;
+        let fail = |e: sys::cublasStatus_t| -> ! {
+            panic!(
+                "=== burn-fused-head error ===\n  Operation: 'cublaslt'\n  Reason: cuBLASLt \
+                 refused the transpose of [{rows}, {cols}]: {e:?}"
+            )
+        };
+        let check = |status: sys::cublasStatus_t| {
+            if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                fail(status)
+            }
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the descriptors are created, used and destroyed here; the caller's contract
+        // for the pointers. Column-major: src is [cols, rows] (ld cols), dst [rows, cols] (ld
+        // rows) = op_T(src); no B (beta 0).
+        unsafe {
+            let mut desc = std::ptr::null_mut();
+            check(sys::cublasLtMatrixTransformDescCreate(&mut desc, f32));
+            let op: i32 = 1; // CUBLAS_OP_T
+            check(sys::cublasLtMatrixTransformDescSetAttribute(
+                desc,
+                sys::cublasLtMatrixTransformDescAttributes_t::CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA,
+                &op as *const i32 as *const c_void,
+                size_of::<i32>(),
+            ));
+            let a = lt::create_matrix_layout(f32, cols as u64, rows as u64, cols as i64)
+                .unwrap_or_else(|e| fail(e.0));
+            let c = lt::create_matrix_layout(f32, rows as u64, cols as u64, rows as i64)
+                .unwrap_or_else(|e| fail(e.0));
+            check(sys::cublasLtMatrixTransform(
+                self.handle,
+                desc,
+                &alpha as *const f32 as *const c_void,
+                src as *const c_void,
+                a,
+                &beta as *const f32 as *const c_void,
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                dst as *mut c_void,
+                c,
+                self.stream.cu_stream() as sys::cudaStream_t,
+            ));
+            let _ = lt::destroy_matrix_layout(a);
+            let _ = lt::destroy_matrix_layout(c);
+            let _ = sys::cublasLtMatrixTransformDescDestroy(desc);
+        }
     }
 }
 

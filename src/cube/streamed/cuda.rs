@@ -1,15 +1,20 @@
 //! The streamed path's chunks on NVIDIA's cuBLASLt, for `R` = CUDA where it loads: the
-//! products on cuBLASLt's stream, the row kernel on CubeCL's, ordered from the host.
+//! products and the row kernel on cuBLASLt's stream (one GPU timeline), or, where the row
+//! kernel cannot be loaded there, the row kernel on CubeCL's stream, ordered from the host.
 
 use std::any::Any;
 
-use burn::tensor::{DType, TensorMetadata};
-use burn_cubecl::CubeRuntime;
+use burn::tensor::{DType, TensorMetadata, bf16};
 use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeRuntime, FloatElement, IntElement};
+use cubecl::CubeCount;
 use cubecl::cuda::CudaRuntime;
+use cubecl::server::CubeCountSelection;
+use cudarc::driver::CudaSlice;
 
-use super::super::cublaslt::{self, Element, Gemm};
-use super::super::launch::empty_of;
+use super::super::cublaslt::{self, Element, Engine, Gemm};
+use super::super::launch::{by_label_type, empty_of};
+use super::on_stream;
 use super::{Chunk, Grads};
 
 /// Whether `x` is a CUDA tensor whose device loads cuBLASLt.
@@ -27,14 +32,23 @@ fn element(dtype: DType) -> Element {
     }
 }
 
+/// Elements of X's chunk `[rows, I]` at most for its transposed copy (TF32 dW, see
+/// [`Gemm::weight_gradient_transposed`]). Invariant of memory: 8 Mi floats, 32 MiB; larger
+/// chunks take dW at half rate instead. (8192, 4096, 32000) has 6 Mi, 128256 has 3 Mi,
+/// (8192, 1024, 1000) 8 Mi.
+const TRANSPOSED_X_ELEMENTS: usize = 8 << 20;
+
 /// Every chunk on cuBLASLt; false (nothing done) where `R` is not CUDA or cuBLASLt does not
 /// load on the device.
 ///
-/// The order between cuBLASLt's stream and CubeCL's is kept from the host: per chunk, wait
-/// for CubeCL (the inputs, the row kernel), enqueue the products of the previous chunk (dX,
-/// db as `dZ^T 1`, dW) and the logits of this one, and wait for them. One chunk buffer serves every chunk: on
-/// cuBLASLt's one stream, the previous chunk's dX and dW products read it before the next
-/// logits overwrite it.
+/// One GPU timeline where the row kernel loads on cuBLASLt's stream ([`on_stream`]): one
+/// host wait for CubeCL's queue (the inputs, the buffers' fills), every chunk's products and
+/// row kernel queued in order on that one stream, one wait for it at the end. Elsewhere the
+/// order between cuBLASLt's stream and CubeCL's is kept from the host: per chunk, wait for
+/// CubeCL (the inputs, the row kernel), enqueue the products of the previous chunk (dX, db as
+/// `dZ^T 1`, dW) and the logits of this one, and wait for them. One chunk buffer serves every
+/// chunk: on cuBLASLt's one stream, the previous chunk's dX and dW products read it before the
+/// next logits overwrite it.
 pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut Grads<R>) -> bool {
     let Some(x) = (chunk.x as &dyn Any).downcast_ref::<CubeTensor<CudaRuntime>>() else {
         return false;
@@ -43,24 +57,19 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         return false;
     };
     let mut engine = engine.lock().expect("cuBLASLt engine");
-    let [batch, inputs] = [chunk.batch, chunk.x.shape()[1]];
+    let inputs = chunk.x.shape()[1];
     let classes = chunk.weight.shape()[0];
     let tf32 = chunk.tf32;
     // X's, W's and dX's type (dZ's too, as an operand); P, dW and db are f32.
     let operand = element(chunk.x.dtype);
-    let sums = Element::F32;
     let size = operand.bytes();
     let buffer = empty_of::<R>(chunk.x, [rows, classes], DType::F32); // [rows, C], every chunk's P
-    let ptr = |t: &CubeTensor<R>| pointer(t);
-    let (x_ptr, w_ptr, p_ptr) = (ptr(chunk.x), ptr(chunk.weight), ptr(&buffer));
-    // dZ as the dX and dW products' operand: P itself, or its copy in the inputs' type.
-    let dz_ptr = if chunk.half {
-        ptr(chunk.dz_half)
-    } else {
-        p_ptr
-    };
-    let dx_ptr = grads.x.as_ref().map(ptr);
-    let dw_ptr = grads.weight.as_ref().map(ptr);
+    // TF32 dW from a transposed copy of X's chunk [I, rows], where it fits.
+    let transposed = (tf32
+        && grads.weight.is_some()
+        && rows * inputs <= TRANSPOSED_X_ELEMENTS
+        && !dw_as_stored())
+    .then(|| empty_of::<R>(chunk.x, [inputs, rows], DType::F32));
     // db as the product dZ^T 1: a vector of `rows` ones.
     let ones = grads.bias.as_ref().map(|db| {
         burn_cubecl::ops::numeric::ones_client(
@@ -70,48 +79,254 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
             db.dtype,
         )
     });
-    let db_ptr = grads.bias.as_ref().map(ptr);
-    let ones_ptr = ones.as_ref().map(ptr);
+    let ptr = |t: &CubeTensor<R>| pointer(t);
+    let p_ptr = ptr(&buffer);
+    let products = Products {
+        x: ptr(chunk.x),
+        w: ptr(chunk.weight),
+        p: p_ptr,
+        // dZ as the dX and dW products' operand: P itself, or its copy in the inputs' type.
+        dz: if chunk.half {
+            ptr(chunk.dz_half)
+        } else {
+            p_ptr
+        },
+        dx: grads.x.as_ref().map(ptr),
+        dw: grads.weight.as_ref().map(ptr),
+        db: grads.bias.as_ref().map(ptr),
+        ones: ones.as_ref().map(ptr),
+        xt: transposed.as_ref().map(ptr),
+        inputs,
+        classes,
+        tf32,
+        operand,
+        size,
+    };
+    let stream_kernel = if host_ordered() {
+        None
+    } else {
+        row_kernel(chunk, x, &engine)
+    };
+    match stream_kernel {
+        Some(kernel) => {
+            one_timeline(chunk, rows, &buffer, &products, &mut engine, kernel);
+            #[cfg(feature = "testing")]
+            super::routes::ONE_TIMELINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        None => host_ordered_chunks(chunk, rows, &buffer, &products, &mut engine),
+    }
+    true
+}
 
-    // The previous chunk's (first, n), whose dZ is in the buffer.
-    let mut previous: Option<(usize, usize)> = None;
-    let mut first = 0;
-    while first < batch || previous.is_some() {
-        wait_for_cubecl(chunk.x);
-        if let Some((prev, n)) = previous.take() {
-            // SAFETY: every pointer is of a live buffer of this device, its layout as the
-            // Gemm describes; CubeCL wrote them before the wait above and touches none of
-            // them until the engine's stream is synchronised below.
-            unsafe {
-                if let Some(dx) = dx_ptr {
-                    let gemm =
-                        Gemm::input_gradient(n, inputs, classes, tf32).typed(operand, operand);
-                    let dx_rows = dx + (prev * inputs) as u64 * size;
-                    engine.run(gemm, w_ptr, dz_ptr, dx_rows, 0.0);
-                }
-                if let (Some(db), Some(ones)) = (db_ptr, ones_ptr) {
-                    let gemm = Gemm::bias_gradient(n, classes);
-                    let beta = if prev == 0 { 0.0 } else { 1.0 };
-                    engine.run(gemm, p_ptr, ones, db, beta);
-                }
-                if let Some(dw) = dw_ptr {
-                    let gemm = Gemm::weight_gradient(n, inputs, classes, tf32).typed(operand, sums);
-                    let x_rows = x_ptr + (prev * inputs) as u64 * size;
-                    let beta = if prev == 0 { 0.0 } else { 1.0 };
-                    engine.run(gemm, x_rows, dz_ptr, dw, beta);
+/// The device addresses and sizes of the products of every chunk.
+struct Products {
+    x: u64,
+    w: u64,
+    p: u64,
+    dz: u64,
+    dx: Option<u64>,
+    dw: Option<u64>,
+    db: Option<u64>,
+    ones: Option<u64>,
+    /// With TF32 dW, X's chunk transposed `[I, rows]`.
+    xt: Option<u64>,
+    inputs: usize,
+    classes: usize,
+    tf32: bool,
+    operand: Element,
+    size: u64,
+}
+
+impl Products {
+    /// Enqueues `P = X[first..first + n] W^T`.
+    ///
+    /// # Safety
+    /// Every pointer is of a live buffer of the engine's device, its layout as the product
+    /// describes, until the engine's stream has run it; X and W are written.
+    unsafe fn logits(&self, engine: &mut Engine, first: usize, n: usize) {
+        let gemm =
+            Gemm::logits(n, self.inputs, self.classes, self.tf32).typed(self.operand, Element::F32);
+        let x_rows = self.x + (first * self.inputs) as u64 * self.size;
+        // SAFETY: the caller's contract.
+        unsafe { engine.run(gemm, self.w, x_rows, self.p, 0.0) };
+    }
+
+    /// Enqueues the wanted gradients' products of rows `first..first + n`, whose dZ is in the
+    /// chunk buffer: dX's rows, then db and dW, written by the first chunk, added to after.
+    ///
+    /// # Safety
+    /// As [`Products::logits`], and dZ is written.
+    unsafe fn gradients(&self, engine: &mut Engine, first: usize, n: usize) {
+        let (inputs, classes, tf32) = (self.inputs, self.classes, self.tf32);
+        let operand = self.operand;
+        let beta = if first == 0 { 0.0 } else { 1.0 };
+        // SAFETY: the caller's contract.
+        unsafe {
+            if let Some(dx) = self.dx {
+                let gemm = Gemm::input_gradient(n, inputs, classes, tf32).typed(operand, operand);
+                let dx_rows = dx + (first * inputs) as u64 * self.size;
+                engine.run(gemm, self.w, self.dz, dx_rows, 0.0);
+            }
+            if let (Some(db), Some(ones)) = (self.db, self.ones) {
+                engine.run(Gemm::bias_gradient(n, classes), self.p, ones, db, beta);
+            }
+            if let Some(dw) = self.dw {
+                let x_rows = self.x + (first * inputs) as u64 * self.size;
+                match self.xt {
+                    Some(xt) => {
+                        engine.transpose(x_rows, xt, n, inputs);
+                        let gemm = Gemm::weight_gradient_transposed(n, inputs, classes, tf32);
+                        engine.run(gemm, xt, self.dz, dw, beta);
+                    }
+                    None => {
+                        let gemm = Gemm::weight_gradient(n, inputs, classes, tf32)
+                            .typed(operand, Element::F32);
+                        engine.run(gemm, x_rows, self.dz, dw, beta);
+                    }
                 }
             }
         }
-        if first < batch {
-            let n = rows.min(batch - first);
-            // SAFETY: as above; P's first n rows are written.
-            unsafe {
-                let gemm = Gemm::logits(n, inputs, classes, tf32).typed(operand, sums);
-                let x_rows = x_ptr + (first * inputs) as u64 * size;
-                engine.run(gemm, w_ptr, x_rows, p_ptr, 0.0);
+    }
+}
+
+/// Every chunk on cuBLASLt's stream, the row kernel too: one host wait at entry (CubeCL has
+/// written the inputs and filled the ones), one at exit (the gradients are written for
+/// CubeCL's next kernels).
+fn one_timeline<R: CubeRuntime>(
+    chunk: &Chunk<'_, R>,
+    rows: usize,
+    buffer: &CubeTensor<R>,
+    products: &Products,
+    engine: &mut Engine,
+    kernel: &'static on_stream::Loaded,
+) {
+    let cuda = |t: &CubeTensor<R>| -> CubeTensor<CudaRuntime> {
+        (t as &dyn Any)
+            .downcast_ref::<CubeTensor<CudaRuntime>>()
+            .expect("a CUDA tensor")
+            .clone()
+    };
+    let label_bytes = chunk.labels.dtype.size();
+    let half_bytes = chunk.x.dtype.size();
+    let fixed = [
+        chunk.bias,
+        chunk.labels,
+        chunk.loss_rows,
+        chunk.predictions,
+        chunk.dz_half,
+        chunk.row_weights,
+        chunk.z_weights,
+        chunk.lse,
+        chunk.entropy,
+    ]
+    .map(|t| (cuda(t), pointer(t)));
+    let bytes = [
+        half_bytes,
+        label_bytes,
+        4,
+        label_bytes,
+        half_bytes,
+        4,
+        4,
+        4,
+        4,
+    ];
+    let terms = chunk.terms;
+    let client = cuda(chunk.x).client;
+    // The dynamic metadata (P's shape, the others' fixed) of a chunk of n rows, on the device.
+    let mut uploaded: Vec<(usize, CudaSlice<u64>, u64)> = Vec::new();
+    wait_for_cubecl(chunk.x);
+    let mut first = 0;
+    while first < chunk.batch {
+        let n = rows.min(chunk.batch - first);
+        // SAFETY: every pointer is of a live buffer of this device, laid out as the products
+        // and the row kernel's tensors say; CubeCL wrote them before the wait above and
+        // touches none of them until the engine's stream is synchronised below.
+        unsafe { products.logits(engine, first, n) };
+        let p = cuda(&rows_view(buffer, n));
+        let [b, l, loss, pred, dzh, rw, zw, lse, ent] = &fixed;
+        let arguments = on_stream::Arguments {
+            tensors: [
+                (&p, 4, products.p),
+                (&b.0, bytes[0], b.1),
+                (&l.0, bytes[1], l.1),
+                (&loss.0, bytes[2], loss.1),
+                (&pred.0, bytes[3], pred.1),
+                (&dzh.0, bytes[4], dzh.1),
+                (&rw.0, bytes[5], rw.1),
+                (&zw.0, bytes[6], zw.1),
+                (&lse.0, bytes[7], lse.1),
+                (&ent.0, bytes[8], ent.1),
+            ],
+            first,
+            batch: chunk.batch,
+            floats: [
+                f32::NAN,
+                terms.logit_scale,
+                terms.softcap.unwrap_or(1.0),
+                terms.z_loss,
+            ],
+        };
+        let mut info = on_stream::info(&arguments);
+        let dynamic = (info.dynamic_offset < info.words.len()).then(|| {
+            match uploaded.iter().find(|(rows, _, _)| *rows == n) {
+                Some((_, _, ptr)) => *ptr,
+                None => {
+                    let (buffer, ptr) = engine.upload(&info.words[info.dynamic_offset..]);
+                    uploaded.push((n, buffer, ptr));
+                    ptr
+                }
             }
+        });
+        let count = match CubeCountSelection::new(&client, n as u32).cube_count() {
+            CubeCount::Static(x, y, z) => (x, y, z),
+            CubeCount::Dynamic(_) => unreachable!("a static count for a known row count"),
+        };
+        // SAFETY: as above; the row kernel follows the logits on the same stream and the
+        // gradients' products follow it.
+        unsafe {
+            on_stream::launch(
+                kernel,
+                engine.cu_stream(),
+                count,
+                &arguments,
+                &mut info,
+                dynamic,
+            );
+            products.gradients(engine, first, n);
+        }
+        super::note_memory(&rows_view(buffer, n));
+        first += n;
+    }
+    engine.synchronize();
+}
+
+/// Every chunk on cuBLASLt, the row kernel on CubeCL's stream, ordered from the host (two
+/// waits per chunk).
+fn host_ordered_chunks<R: CubeRuntime>(
+    chunk: &Chunk<'_, R>,
+    rows: usize,
+    buffer: &CubeTensor<R>,
+    products: &Products,
+    engine: &mut Engine,
+) {
+    // The previous chunk's (first, n), whose dZ is in the buffer.
+    let mut previous: Option<(usize, usize)> = None;
+    let mut first = 0;
+    while first < chunk.batch || previous.is_some() {
+        wait_for_cubecl(chunk.x);
+        if let Some((prev, n)) = previous.take() {
+            // SAFETY: every pointer is of a live buffer of this device, its layout as the
+            // products describe; CubeCL wrote them before the wait above and touches none of
+            // them until the engine's stream is synchronised below.
+            unsafe { products.gradients(engine, prev, n) };
+        }
+        if first < chunk.batch {
+            let n = rows.min(chunk.batch - first);
+            // SAFETY: as above; P's first n rows are written.
+            unsafe { products.logits(engine, first, n) };
             engine.synchronize();
-            let p = rows_view(&buffer, n);
+            let p = rows_view(buffer, n);
             (chunk.launch_rows)(&p, chunk, first);
             super::note_memory(&p);
             previous = Some((first, n));
@@ -120,7 +335,64 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
             engine.synchronize();
         }
     }
-    true
+}
+
+/// The row kernel of `chunk`'s switches and types, loaded for cuBLASLt's stream, or `None`
+/// where it cannot run there.
+fn row_kernel<R: CubeRuntime>(
+    chunk: &Chunk<'_, R>,
+    x: &CubeTensor<CudaRuntime>,
+    engine: &Engine,
+) -> Option<&'static on_stream::Loaded> {
+    let switches = on_stream::Switches {
+        relu: chunk.relu,
+        predict: chunk.predict,
+        half: chunk.half,
+        weighted: chunk.weighted,
+        softcap: chunk.terms.softcap.is_some(),
+        z_loss: chunk.terms.z_loss != 0.0,
+        stats: chunk.terms.wants_stats(),
+    };
+    let load = match chunk.x.dtype {
+        DType::BF16 => by_label_type!("head_step", chunk.labels.dtype, load_rows::<bf16>),
+        _ => by_label_type!("head_step", chunk.labels.dtype, load_rows::<f32>),
+    };
+    load(x, switches, engine)
+}
+
+/// [`row_kernel`] for inputs of type `E` and labels of type `L`.
+fn load_rows<E: FloatElement, L: IntElement>(
+    x: &CubeTensor<CudaRuntime>,
+    switches: on_stream::Switches,
+    engine: &Engine,
+) -> Option<&'static on_stream::Loaded> {
+    let task = on_stream::rows_task::<E, L>(&x.client, switches);
+    on_stream::compile(x.device.index, engine.context(), &task)
+}
+
+/// Whether TF32 dW from X as stored is forced (the `testing` feature's comparison of the two
+/// layouts).
+fn dw_as_stored() -> bool {
+    #[cfg(feature = "testing")]
+    {
+        super::routes::DW_AS_STORED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    #[cfg(not(feature = "testing"))]
+    {
+        false
+    }
+}
+
+/// Whether the host-ordered route is forced (the `testing` feature's comparison of the two).
+fn host_ordered() -> bool {
+    #[cfg(feature = "testing")]
+    {
+        super::routes::HOST_ORDERED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    #[cfg(not(feature = "testing"))]
+    {
+        false
+    }
 }
 
 /// The first `n` rows of the chunk buffer as a `[n, C]` tensor on the same memory.

@@ -17,7 +17,8 @@
 //!
 //! The products run on NVIDIA's cuBLASLt on CUDA where it loads ([`cublaslt`]), else on this
 //! crate's CubeCL kernels (the tiled exact product, or TF32 tensor cores with `tf32`). The row
-//! and column kernels are CubeCL everywhere.
+//! and column kernels are CubeCL everywhere; on cuBLASLt the row kernel runs on cuBLASLt's
+//! stream, compiled outside CubeCL's server (`on_stream`), so a step is one GPU timeline.
 //!
 //! bf16 inputs run here on cuBLASLt only ([`half_available`]): the
 //! products take the inputs' type as operands and accumulate in f32; P, the loss, the
@@ -30,7 +31,8 @@
 //! floats, 192 MiB; [`LARGE_CHUNK_ELEMENTS`], 384 MiB, from C = 65536; one row of C floats
 //! where C alone exceeds that), the per-row losses
 //! (4 B bytes) and, on cuBLASLt, a vector of ones for db (4 x chunk rows bytes) and its
-//! workspace (32 MiB per device, allocated once). The CubeCL products also hold one chunk's product output and, for
+//! workspace (32 MiB per device, allocated once); with TF32 there, X's chunk transposed (at
+//! most 32 MiB). The CubeCL products also hold one chunk's product output and, for
 //! dW, one `[C, I]` partial while it is added. bf16 inputs add the dZ copy (half the chunk
 //! buffer's bytes, where dX or dW is wanted) and dW and db in f32 (`4 C (I + 1)` bytes; while
 //! they are rounded at the end, their bf16 copies too).
@@ -84,6 +86,19 @@ pub(crate) mod peak {
             BYTES.fetch_max(usage.bytes_in_use, Ordering::Relaxed);
         }
     }
+}
+
+/// Which route the cuBLASLt chunks take, for the tests: built with the `testing` feature only.
+#[cfg(feature = "testing")]
+pub(crate) mod routes {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    /// Forces the host-ordered route (see [`crate::testing::host_ordered`]).
+    pub(crate) static HOST_ORDERED: AtomicBool = AtomicBool::new(false);
+    /// Steps that ran on one GPU timeline (see [`crate::testing::one_timeline_steps`]).
+    pub(crate) static ONE_TIMELINE: AtomicU64 = AtomicU64::new(0);
+    /// Forces TF32 dW from X as stored (see [`crate::testing::dw_from_x_as_stored`]).
+    pub(crate) static DW_AS_STORED: AtomicBool = AtomicBool::new(false);
 }
 
 /// Where the path holds the most (each chunk with its buffers allocated): the peak memory's
@@ -478,3 +493,5 @@ fn cube_count<R: CubeRuntime>(like: &CubeTensor<R>, n: usize) -> CubeCount {
 
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod on_stream;

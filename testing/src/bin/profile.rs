@@ -3,7 +3,7 @@
 //!
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
 //!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA] [--softcap CAP]
-//!     [--logit-scale S]
+//!     [--logit-scale S] [--host-ordered] [--dw-as-stored] [--memory]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -15,6 +15,12 @@
 //! the streamed path's chunk budget to N elements (`HeadOptions::chunk_elements`; the path's
 //! rule otherwise). `--z-loss ZETA`, `--softcap CAP` and `--logit-scale S` add the LM terms
 //! (`HeadOptions::{z_loss, softcap, logit_scale}`): their cost beside the plain step's.
+//! `--host-ordered` orders cuBLASLt's stream and CubeCL's from the host, per chunk, in place of
+//! one GPU timeline (`burn_fused_head::testing::host_ordered`): the two routes side by side.
+//! `--dw-as-stored` computes TF32 dW from X as stored, not from its transposed chunk
+//! (`burn_fused_head::testing::dw_from_x_as_stored`): the two layouts side by side.
+//! `--memory` prints the streamed path's peak bytes in use over one step and what it holds
+//! beyond the inputs and the gradients (`burn_fused_head::testing::peak_memory`).
 
 use std::time::Instant;
 
@@ -98,7 +104,18 @@ fn command_line() -> (usize, usize, usize, usize) {
 
 /// `steps` synced training steps of the op on B, I, C from the command line.
 fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
-    steps::<B>(device)
+    let layout = || {
+        if flag("--dw-as-stored") {
+            burn_fused_head::testing::dw_from_x_as_stored(|| steps::<B>(device))
+        } else {
+            steps::<B>(device)
+        }
+    };
+    if flag("--host-ordered") {
+        burn_fused_head::testing::host_ordered(layout)
+    } else {
+        layout()
+    }
 }
 
 /// The float dtype of `B`'s tensors here: its float element's.
@@ -122,6 +139,24 @@ fn steps<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
         "B = {batch}, I = {inputs}, C = {classes}, {:?}: {steps} step(s) done",
         float_dtype::<B>()
     );
+    if flag("--memory") {
+        let ((), peak) = burn_fused_head::testing::peak_memory(|| {
+            let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
+            let grads = loss.backward();
+            let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+            B::sync(device).unwrap();
+            drop(kept);
+        });
+        // X, W, b and their gradients in the float dtype, and the labels.
+        let floats = (batch * inputs + classes * inputs + classes) * float_dtype::<B>().size();
+        let labels_bytes = batch * <B::IntElem as burn::tensor::Element>::dtype().size();
+        let mib = |bytes: f64| bytes / (1 << 20) as f64;
+        println!(
+            "memory: peak in use {:.1} MiB, beyond inputs and gradients {:.1} MiB",
+            mib(peak as f64),
+            mib(peak as f64 - (2 * floats + labels_bytes) as f64)
+        );
+    }
     if flag("--phases") {
         phases::<B>(device, &x, &w, &b, &labels, steps);
     }

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Issue 30's table: ours and the peers, measured in one lease, from one CSV per lease.
+
+    python3 docs/bench/large_c.py csv LEASE_DIR > docs/bench/DATE-large-c.csv
+    python3 docs/bench/large_c.py table docs/bench/DATE-large-c.csv
+
+`csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
+--memory`, each run headed by `=== B I C [flags]`) and `peers.csv` (../shared/peers's
+peers_bench.py `--csv`), and writes the rows in the columns
+`B,I,C,contender,precision,activation,step_ms,extra_mib`. Ours: contender `ours` (the default
+`Cuda` backend, fusion on, one GPU timeline) and `ours-host-ordered` (the same with the two
+streams ordered from the host, `--host-ordered`); step_ms is the median synced step, extra_mib
+the streamed path's peak bytes in use in CubeCL's pool beyond the inputs and the gradients
+(cuBLASLt's 32 MiB workspace, allocated once per device outside that pool, is not in it; blank
+where the streamed path did not run).
+
+`table` prints, per shape and precision, ours beside the fastest peer of the same precision
+(any activation: Liger and CCE have no ReLU) and the ratio.
+"""
+import csv
+import re
+import sys
+
+COLUMNS = ["B", "I", "C", "contender", "precision", "activation", "step_ms", "extra_mib"]
+
+
+def ours_rows(profile_log):
+    rows, head = [], None
+    for line in open(profile_log):
+        if line.startswith("=== "):
+            words = line.split()[1:]
+            flags = words[3:]
+            head = {
+                "B": words[0],
+                "I": words[1],
+                "C": words[2],
+                "contender": "ours-host-ordered" if "--host-ordered" in flags else "ours",
+                "precision": "bf16" if "--bf16" in flags else "tf32" if "--tf32" in flags else "f32",
+                "activation": "identity" if "--identity" in flags else "relu",
+                "step_ms": "",
+                "extra_mib": "",
+            }
+            rows.append(head)
+        elif head is not None and line.startswith("memory:"):
+            # Only the streamed path records its peak (0 on the small-C path: left blank).
+            if float(re.search(r"peak in use ([\d.]+) MiB", line)[1]) > 0:
+                head["extra_mib"] = re.search(r"beyond inputs and gradients (-?[\d.]+) MiB", line)[1]
+        elif head is not None and line.startswith("medians"):
+            head["step_ms"] = re.search(r"step \(one sync\) ([\d.]+)", line)[1]
+    return [r for r in rows if r["step_ms"]]
+
+
+def write_csv(lease):
+    out = csv.DictWriter(sys.stdout, COLUMNS, lineterminator="\n")
+    out.writeheader()
+    for row in ours_rows(f"{lease}/profile.log"):
+        out.writerow(row)
+    for row in csv.DictReader(open(f"{lease}/peers.csv")):
+        out.writerow({k: row[k] for k in COLUMNS})
+
+
+def table(path):
+    rows = list(csv.DictReader(open(path)))
+    keys = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"]) for r in rows if r["contender"] == "ours")
+    print("| B, I, C | precision | ours | host-ordered | best peer, same lease | ours / peer | ours' extra MiB |")
+    print("|---|---|---:|---:|---|---:|---:|")
+    for b, i, c, precision in keys:
+        same = [r for r in rows if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, precision)]
+        ours = next(r for r in same if r["contender"] == "ours")
+        host = next((r for r in same if r["contender"] == "ours-host-ordered"), None)
+        peers = [r for r in same if not r["contender"].startswith("ours") and r["step_ms"]]
+        best = min(peers, key=lambda r: float(r["step_ms"]), default=None)
+        mine = float(ours["step_ms"])
+        peer = (
+            f"{best['contender']} ({best['activation']}) {float(best['step_ms']):.3f}"
+            if best
+            else "none"
+        )
+        ratio = f"{mine / float(best['step_ms']):.2f}" if best else ""
+        hosted = f"{float(host['step_ms']):.3f}" if host else ""
+        name = "TF32" if precision == "tf32" else precision
+        print(
+            f"| {b}, {i}, {c} | {name} ({ours['activation']}) | {mine:.3f} | {hosted} | {peer} "
+            f"| {ratio} | {ours['extra_mib']} |"
+        )
+
+
+if __name__ == "__main__":
+    {"csv": write_csv, "table": table}[sys.argv[1]](sys.argv[2])
