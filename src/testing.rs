@@ -31,12 +31,7 @@ pub fn peak_memory<T>(f: impl FnOnce() -> T) -> (T, u64) {
 pub fn host_ordered<T>(f: impl FnOnce() -> T) -> T {
     #[cfg(feature = "cube")]
     {
-        use crate::cube::streamed::routes::HOST_ORDERED;
-        use std::sync::atomic::Ordering;
-        HOST_ORDERED.store(true, Ordering::SeqCst);
-        let out = f();
-        HOST_ORDERED.store(false, Ordering::SeqCst);
-        out
+        with_switch(&crate::cube::streamed::routes::SWITCHES.host_ordered, f)
     }
     #[cfg(not(feature = "cube"))]
     {
@@ -49,7 +44,8 @@ pub fn host_ordered<T>(f: impl FnOnce() -> T) -> T {
 pub fn one_timeline_steps() -> u64 {
     #[cfg(feature = "cube")]
     {
-        crate::cube::streamed::routes::ONE_TIMELINE.load(std::sync::atomic::Ordering::SeqCst)
+        let steps = &crate::cube::streamed::routes::SWITCHES.one_timeline;
+        steps.load(std::sync::atomic::Ordering::SeqCst)
     }
     #[cfg(not(feature = "cube"))]
     {
@@ -63,15 +59,20 @@ pub fn one_timeline_steps() -> u64 {
 pub fn dw_from_x_as_stored<T>(f: impl FnOnce() -> T) -> T {
     #[cfg(feature = "cube")]
     {
-        use crate::cube::streamed::routes::DW_AS_STORED;
-        use std::sync::atomic::Ordering;
-        DW_AS_STORED.store(true, Ordering::SeqCst);
-        let out = f();
-        DW_AS_STORED.store(false, Ordering::SeqCst);
-        out
+        with_switch(&crate::cube::streamed::routes::SWITCHES.dw_as_stored, f)
     }
     #[cfg(not(feature = "cube"))]
     {
         f()
     }
+}
+
+/// `f` run with `switch` on.
+#[cfg(feature = "cube")]
+fn with_switch<T>(switch: &std::sync::atomic::AtomicBool, f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::Ordering;
+    switch.store(true, Ordering::SeqCst);
+    let out = f();
+    switch.store(false, Ordering::SeqCst);
+    out
 }

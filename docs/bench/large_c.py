@@ -3,6 +3,7 @@
 
     python3 docs/bench/large_c.py csv LEASE_DIR > docs/bench/DATE-large-c.csv
     python3 docs/bench/large_c.py table docs/bench/DATE-large-c.csv
+    python3 docs/bench/large_c.py routes docs/bench/DATE-routes.csv
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -12,12 +13,15 @@ peers_bench.py `--csv`), and writes the rows in the columns
 streams ordered from the host, `--host-ordered`); step_ms is the median synced step, extra_mib
 the streamed path's peak bytes in use in CubeCL's pool beyond the inputs and the gradients
 (cuBLASLt's 32 MiB workspace, allocated once per device outside that pool, is not in it; blank
-where the streamed path did not run).
+where the streamed path did not run). `ours-dw-as-stored` is `ours` with TF32 dW from X as stored
+(`--dw-as-stored`).
 
 `table` prints, per shape and precision, ours beside the fastest peer of the same precision
-(any activation: Liger and CCE have no ReLU) and the ratio.
+(any activation: Liger and CCE have no ReLU) and the ratio. `routes` prints ours on one GPU
+timeline beside the host-ordered route and the TF32 dW layout as stored.
 """
 import csv
+import os
 import re
 import sys
 
@@ -34,7 +38,11 @@ def ours_rows(profile_log):
                 "B": words[0],
                 "I": words[1],
                 "C": words[2],
-                "contender": "ours-host-ordered" if "--host-ordered" in flags else "ours",
+                "contender": "ours-host-ordered"
+                if "--host-ordered" in flags
+                else "ours-dw-as-stored"
+                if "--dw-as-stored" in flags
+                else "ours",
                 "precision": "bf16" if "--bf16" in flags else "tf32" if "--tf32" in flags else "f32",
                 "activation": "identity" if "--identity" in flags else "relu",
                 "step_ms": "",
@@ -55,35 +63,50 @@ def write_csv(lease):
     out.writeheader()
     for row in ours_rows(f"{lease}/profile.log"):
         out.writerow(row)
-    for row in csv.DictReader(open(f"{lease}/peers.csv")):
-        out.writerow({k: row[k] for k in COLUMNS})
+    if os.path.exists(f"{lease}/peers.csv"):
+        for row in csv.DictReader(open(f"{lease}/peers.csv")):
+            out.writerow({k: row[k] for k in COLUMNS})
 
 
 def table(path):
     rows = list(csv.DictReader(open(path)))
     keys = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"]) for r in rows if r["contender"] == "ours")
-    print("| B, I, C | precision | ours | host-ordered | best peer, same lease | ours / peer | ours' extra MiB |")
-    print("|---|---|---:|---:|---|---:|---:|")
+    print("| B, I, C | precision | ours | best peer, same lease | ours / peer | ours' extra MiB |")
+    print("|---|---|---:|---|---:|---:|")
     for b, i, c, precision in keys:
         same = [r for r in rows if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, precision)]
         ours = next(r for r in same if r["contender"] == "ours")
-        host = next((r for r in same if r["contender"] == "ours-host-ordered"), None)
         peers = [r for r in same if not r["contender"].startswith("ours") and r["step_ms"]]
         best = min(peers, key=lambda r: float(r["step_ms"]), default=None)
         mine = float(ours["step_ms"])
         peer = (
             f"{best['contender']} ({best['activation']}) {float(best['step_ms']):.3f}"
             if best
-            else "none"
+            else "no peer row at this precision"
         )
-        ratio = f"{mine / float(best['step_ms']):.2f}" if best else ""
-        hosted = f"{float(host['step_ms']):.3f}" if host else ""
+        ratio = f"{mine / float(best['step_ms']):.2f}" if best else "n/a"
+        extra = ours["extra_mib"] or "not recorded (small-C path)"
         name = "TF32" if precision == "tf32" else precision
-        print(
-            f"| {b}, {i}, {c} | {name} ({ours['activation']}) | {mine:.3f} | {hosted} | {peer} "
-            f"| {ratio} | {ours['extra_mib']} |"
-        )
+        print(f"| {b}, {i}, {c} | {name} ({ours['activation']}) | {mine:.3f} | {peer} | {ratio} | {extra} |")
+
+
+def routes(path):
+    rows = list(csv.DictReader(open(path)))
+    # The configurations run on both routes (the small-C rows never stream).
+    keys = dict.fromkeys(
+        (r["B"], r["I"], r["C"], r["precision"], r["activation"])
+        for r in rows
+        if r["contender"] == "ours-host-ordered"
+    )
+    print("| B, I, C | precision | one timeline | host-ordered | one timeline, TF32 dW from X as stored |")
+    print("|---|---|---:|---:|---:|")
+    for key in keys:
+        of = {r["contender"]: r["step_ms"] for r in rows if (r["B"], r["I"], r["C"], r["precision"], r["activation"]) == key}
+        stored = of.get("ours-dw-as-stored") or "n/a (TF32 only)"
+        b, i, c, precision, activation = key
+        name = "TF32" if precision == "tf32" else precision
+        print(f"| {b}, {i}, {c} | {name} ({activation}) | {of['ours']} | {of['ours-host-ordered']} | {stored} |")
 
 
 if __name__ == "__main__":
-    {"csv": write_csv, "table": table}[sys.argv[1]](sys.argv[2])
+    {"csv": write_csv, "table": table, "routes": routes}[sys.argv[1]](sys.argv[2])

@@ -111,7 +111,9 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         Some(kernel) => {
             one_timeline(chunk, rows, &buffer, &products, &mut engine, kernel);
             #[cfg(feature = "testing")]
-            super::routes::ONE_TIMELINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            super::routes::SWITCHES
+                .one_timeline
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         None => host_ordered_chunks(chunk, rows, &buffer, &products, &mut engine),
     }
@@ -206,8 +208,6 @@ fn one_timeline<R: CubeRuntime>(
             .expect("a CUDA tensor")
             .clone()
     };
-    let label_bytes = chunk.labels.dtype.size();
-    let half_bytes = chunk.x.dtype.size();
     let fixed = [
         chunk.bias,
         chunk.labels,
@@ -220,17 +220,6 @@ fn one_timeline<R: CubeRuntime>(
         chunk.entropy,
     ]
     .map(|t| (cuda(t), pointer(t)));
-    let bytes = [
-        half_bytes,
-        label_bytes,
-        4,
-        label_bytes,
-        half_bytes,
-        4,
-        4,
-        4,
-        4,
-    ];
     let terms = chunk.terms;
     let client = cuda(chunk.x).client;
     // The dynamic metadata (P's shape, the others' fixed) of a chunk of n rows, on the device.
@@ -243,20 +232,21 @@ fn one_timeline<R: CubeRuntime>(
         // and the row kernel's tensors say; CubeCL wrote them before the wait above and
         // touches none of them until the engine's stream is synchronised below.
         unsafe { products.logits(engine, first, n) };
-        let p = cuda(&rows_view(buffer, n));
+        let view = rows_view(buffer, n);
+        let p = cuda(&view);
         let [b, l, loss, pred, dzh, rw, zw, lse, ent] = &fixed;
         let arguments = on_stream::Arguments {
             tensors: [
-                (&p, 4, products.p),
-                (&b.0, bytes[0], b.1),
-                (&l.0, bytes[1], l.1),
-                (&loss.0, bytes[2], loss.1),
-                (&pred.0, bytes[3], pred.1),
-                (&dzh.0, bytes[4], dzh.1),
-                (&rw.0, bytes[5], rw.1),
-                (&zw.0, bytes[6], zw.1),
-                (&lse.0, bytes[7], lse.1),
-                (&ent.0, bytes[8], ent.1),
+                (&p, products.p),
+                (&b.0, b.1),
+                (&l.0, l.1),
+                (&loss.0, loss.1),
+                (&pred.0, pred.1),
+                (&dzh.0, dzh.1),
+                (&rw.0, rw.1),
+                (&zw.0, zw.1),
+                (&lse.0, lse.1),
+                (&ent.0, ent.1),
             ],
             first,
             batch: chunk.batch,
@@ -295,7 +285,7 @@ fn one_timeline<R: CubeRuntime>(
             );
             products.gradients(engine, first, n);
         }
-        super::note_memory(&rows_view(buffer, n));
+        super::note_memory(&view);
         first += n;
     }
     engine.synchronize();
@@ -370,29 +360,31 @@ fn load_rows<E: FloatElement, L: IntElement>(
     on_stream::compile(x.device.index, engine.context(), &task)
 }
 
-/// Whether TF32 dW from X as stored is forced (the `testing` feature's comparison of the two
-/// layouts).
-fn dw_as_stored() -> bool {
-    #[cfg(feature = "testing")]
-    {
-        super::routes::DW_AS_STORED.load(std::sync::atomic::Ordering::Relaxed)
-    }
-    #[cfg(not(feature = "testing"))]
-    {
-        false
-    }
+/// The `testing` feature's switch `$field` of [`super::routes::SWITCHES`]; false without the
+/// feature.
+macro_rules! forced {
+    ($field:ident) => {{
+        #[cfg(feature = "testing")]
+        {
+            super::routes::SWITCHES
+                .$field
+                .load(std::sync::atomic::Ordering::Relaxed)
+        }
+        #[cfg(not(feature = "testing"))]
+        {
+            false
+        }
+    }};
 }
 
-/// Whether the host-ordered route is forced (the `testing` feature's comparison of the two).
+/// Whether TF32 dW from X as stored is forced (the comparison of the two layouts).
+fn dw_as_stored() -> bool {
+    forced!(dw_as_stored)
+}
+
+/// Whether the host-ordered route is forced (the comparison of the two routes).
 fn host_ordered() -> bool {
-    #[cfg(feature = "testing")]
-    {
-        super::routes::HOST_ORDERED.load(std::sync::atomic::Ordering::Relaxed)
-    }
-    #[cfg(not(feature = "testing"))]
-    {
-        false
-    }
+    forced!(host_ordered)
 }
 
 /// The first `n` rows of the chunk buffer as a `[n, C]` tensor on the same memory.

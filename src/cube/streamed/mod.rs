@@ -93,12 +93,21 @@ pub(crate) mod peak {
 pub(crate) mod routes {
     use std::sync::atomic::{AtomicBool, AtomicU64};
 
-    /// Forces the host-ordered route (see [`crate::testing::host_ordered`]).
-    pub(crate) static HOST_ORDERED: AtomicBool = AtomicBool::new(false);
-    /// Steps that ran on one GPU timeline (see [`crate::testing::one_timeline_steps`]).
-    pub(crate) static ONE_TIMELINE: AtomicU64 = AtomicU64::new(0);
-    /// Forces TF32 dW from X as stored (see [`crate::testing::dw_from_x_as_stored`]).
-    pub(crate) static DW_AS_STORED: AtomicBool = AtomicBool::new(false);
+    /// The process-wide switches and count (see [`crate::testing`]).
+    pub(crate) struct Switches {
+        /// Forces the host-ordered route ([`crate::testing::host_ordered`]).
+        pub host_ordered: AtomicBool,
+        /// Forces TF32 dW from X as stored ([`crate::testing::dw_from_x_as_stored`]).
+        pub dw_as_stored: AtomicBool,
+        /// Steps that ran on one GPU timeline ([`crate::testing::one_timeline_steps`]).
+        pub one_timeline: AtomicU64,
+    }
+
+    pub(crate) static SWITCHES: Switches = Switches {
+        host_ordered: AtomicBool::new(false),
+        dw_as_stored: AtomicBool::new(false),
+        one_timeline: AtomicU64::new(0),
+    };
 }
 
 /// Where the path holds the most (each chunk with its buffers allocated): the peak memory's

@@ -210,9 +210,9 @@ fn load<K: CubeTask<CudaCompiler>>(context: &CudaContext, task: &K) -> Result<Lo
 
 /// One launch's tensors, in the kernel's argument order, and its runtime scalars.
 pub(super) struct Arguments<'a> {
-    /// `(tensor, its element's bytes, its device address)` for p, bias, labels, loss,
-    /// predictions, dz_half, row_weights, z_weights, lse, entropy.
-    pub tensors: [(&'a CubeTensor<CudaRuntime>, usize, u64); 10],
+    /// `(tensor, its device address)` for p, bias, labels, loss, predictions, dz_half,
+    /// row_weights, z_weights, lse, entropy.
+    pub tensors: [(&'a CubeTensor<CudaRuntime>, u64); 10],
     pub first: usize,
     pub batch: usize,
     pub floats: [f32; 4],
@@ -230,12 +230,13 @@ pub(super) struct Info {
 pub(super) fn info(arguments: &Arguments<'_>) -> Info {
     let address = AddressType::U32;
     let mut info = InfoBuilder::default();
-    for (tensor, elem_bytes, _) in &arguments.tensors {
+    for (tensor, _) in &arguments.tensors {
+        let elem_bytes = tensor.dtype.size();
         let arg = (*tensor).clone().into_tensor_arg();
         let TensorArg::Handle { handle } = arg else {
             unreachable!("a tensor argument with its own buffer")
         };
-        let buffer_len = handle.handle.size_in_used() / *elem_bytes as u64;
+        let buffer_len = handle.handle.size_in_used() / elem_bytes as u64;
         let len = handle.shape.iter().product::<usize>() as u64;
         info.metadata.register_tensor(
             handle.strides.len() as u64,
@@ -275,7 +276,7 @@ pub(super) unsafe fn launch(
     info: &mut Info,
     dynamic: Option<u64>,
 ) {
-    let mut addresses: Vec<u64> = arguments.tensors.iter().map(|(_, _, a)| *a).collect();
+    let mut addresses: Vec<u64> = arguments.tensors.iter().map(|(_, a)| *a).collect();
     addresses.extend(dynamic);
     let mut params: Vec<*mut c_void> = addresses
         .iter_mut()
