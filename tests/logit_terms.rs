@@ -1,7 +1,8 @@
 //! The language-model terms of `HeadOptions` (the logit scale, the softcap, the z-loss) and the
 //! per-row statistics (`fused_linear_cross_entropy_with_token_stats`), alone, together and
-//! with the cross-entropy options, against the formula written here in stock Burn ops on
-//! NdArray f64 (no code of the crate's own), its gradients from Burn's autodiff:
+//! with the cross-entropy options, against the formula below in stock Burn ops on NdArray f64
+//! (`common::terms_formula`, which the fuzzer shares; no code of the crate's own), its
+//! gradients from Burn's autodiff:
 //!
 //! ```text
 //! H    = cap tanh(s act(Z) / cap)   (s act(Z) without a softcap)
@@ -17,7 +18,6 @@ mod common;
 
 use burn::backend::Autodiff;
 use burn::module::Param;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Tensor, TensorData};
 use burn_fused_head::{
     FusedHeadBackend, FusedLinearCrossEntropy, FusedLinearCrossEntropyConfig, HeadActivation,
@@ -26,95 +26,7 @@ use burn_fused_head::{
 };
 use burn_fused_head_testing::gates::gate;
 use burn_fused_head_testing::reference::HeadData;
-use common::{Reference, assert_gates, reference_device, to_f64, to_i64};
-
-/// The result, the gradients of `sum(result * upstream)`, and each row's statistics.
-#[derive(Debug)]
-struct Outcome {
-    out: Vec<f64>,
-    dx: Vec<f64>,
-    dw: Vec<f64>,
-    db: Vec<f64>,
-    lse: Vec<f64>,
-    log_prob: Vec<f64>,
-    entropy: Vec<f64>,
-}
-
-/// Whether `loss` ignores the label `y`.
-fn ignored(loss: &HeadOptions, y: i64) -> bool {
-    loss.ignore_index == Some(y) || loss.pad_tokens.iter().flatten().any(|&t| t as i64 == y)
-}
-
-/// The formula of the module doc on NdArray f64, its gradients by Burn's autodiff.
-fn formula(data: &HeadData, loss: &HeadOptions, upstream: &[f64]) -> Outcome {
-    type AB = Autodiff<Reference>;
-    let device = reference_device();
-    let (x, w, b, _) = data.tensors::<AB>(&device, DType::F64);
-    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
-    let (n, c) = (data.batch, data.classes);
-    let class_weight = |k: usize| loss.class_weights.as_ref().map_or(1.0, |w| w[k] as f64);
-    let e = loss.smoothing.unwrap_or(0.0) as f64;
-    let zeta = loss.z_loss.unwrap_or(0.0) as f64;
-    let mut a = vec![0.0; n * c];
-    let mut keep = vec![0.0; n];
-    let mut onehot = vec![0.0; n * c];
-    let mut total = 0.0;
-    for (r, &y) in data.labels.iter().enumerate() {
-        if ignored(loss, y) {
-            continue;
-        }
-        let y = y as usize;
-        for k in 0..c {
-            a[r * c + k] = e / c as f64 * class_weight(k);
-        }
-        a[r * c + y] += (1.0 - e) * class_weight(y);
-        onehot[r * c + y] = 1.0;
-        keep[r] = 1.0;
-        total += class_weight(y);
-    }
-    let f64s = |v: Vec<f64>, shape: Vec<usize>| {
-        Tensor::<AB, 2>::from_data(TensorData::new(v, shape), (&device, DType::F64))
-    };
-    let (a, onehot, keep) = (
-        f64s(a, vec![n, c]),
-        f64s(onehot, vec![n, c]),
-        f64s(keep, vec![n, 1]),
-    );
-    let z = x.clone().matmul(w.clone().transpose()) + b.clone().unsqueeze_dim(0);
-    let h = match loss.activation {
-        HeadActivation::Relu => burn::tensor::activation::relu(z),
-        HeadActivation::Identity => z,
-    } * loss.logit_scale.unwrap_or(1.0) as f64;
-    let h = match loss.softcap {
-        Some(cap) => (h / cap as f64).tanh() * cap as f64,
-        None => h,
-    };
-    let lp = log_softmax(h.clone(), 1); // [B, C]
-    let lse = (h - lp.clone()).slice([0..n, 0..1]); // [B, 1]: H - lp is lse in every column
-    let l = -(lp.clone() * a).sum_dim(1) + lse.clone().powi_scalar(2) * keep * zeta; // [B, 1]
-    let l = l.squeeze_dim::<1>(1);
-    let out = match loss.reduction {
-        HeadReduction::Mean => l.sum() / total,
-        HeadReduction::Sum => l.sum(),
-        HeadReduction::None => l,
-    };
-    let v = Tensor::<AB, 1>::from_data(
-        TensorData::new(upstream.to_vec(), [upstream.len()]),
-        (&device, DType::F64),
-    );
-    let grads = (out.clone() * v).sum().backward();
-    let entropy = -(lp.clone().exp() * lp.clone()).sum_dim(1);
-    let log_prob = (lp * onehot).sum_dim(1);
-    Outcome {
-        out: to_f64(out),
-        dx: to_f64(x.grad(&grads).unwrap()),
-        dw: to_f64(w.grad(&grads).unwrap()),
-        db: to_f64(b.grad(&grads).unwrap()),
-        lse: to_f64(lse.squeeze_dim::<1>(1)),
-        log_prob: to_f64(log_prob.squeeze_dim::<1>(1)),
-        entropy: to_f64(entropy.squeeze_dim::<1>(1)),
-    }
-}
+use common::{Outcome, Reference, assert_gates, reference_device, terms_formula, to_f64, to_i64};
 
 /// The same through our op on `Autodiff<B>` in f32, the statistics from the same call.
 fn ours<B: FusedHeadBackend>(
@@ -197,7 +109,7 @@ fn check_with_gain<B: FusedHeadBackend>(
             .map(|v| v * gain)
             .collect();
         let got = ours::<B>(device, data, &loss, &u);
-        let want = formula(data, &loss, &u);
+        let want = terms_formula(data, &loss, &u);
         assert_gates(
             &format!("{context}, {act:?}"),
             &[

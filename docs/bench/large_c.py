@@ -4,6 +4,7 @@
     python3 docs/bench/large_c.py csv LEASE_DIR > docs/bench/DATE-large-c.csv
     python3 docs/bench/large_c.py table docs/bench/DATE-large-c.csv
     python3 docs/bench/large_c.py routes docs/bench/DATE-routes.csv
+    python3 docs/bench/large_c.py before docs/bench/DATE-online-softmax.csv
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -16,9 +17,16 @@ the streamed path's peak bytes in use in CubeCL's pool beyond the inputs and the
 where the streamed path did not run). `ours-dw-as-stored` is `ours` with TF32 dW from X as stored
 (`--dw-as-stored`).
 
+A header may end in a build's name (a lease that ran builds side by side): `old` is the build
+of commit 838b72a (contender `ours-838b72a`); `new` is the build of this change (`ours`), and
+`oldfetch` the same binary with `FH_OLD_FETCH=1`, a switch of that measurement build (removed
+before the commit) that fetched the addresses one server round trip each
+(`ours-per-buffer-fetch`).
+
 `table` prints, per shape and precision, ours beside the fastest peer of the same precision
 (any activation: Liger and CCE have no ReLU) and the ratio. `routes` prints ours on one GPU
-timeline beside the host-ordered route and the TF32 dW layout as stored.
+timeline beside the host-ordered route and the TF32 dW layout as stored. `before` prints
+the three builds side by side.
 """
 import csv
 import os
@@ -26,6 +34,8 @@ import re
 import sys
 
 COLUMNS = ["B", "I", "C", "contender", "precision", "activation", "step_ms", "extra_mib"]
+# A header's last word naming the build that ran it, and its contender.
+BUILDS = {"old": "ours-838b72a", "oldfetch": "ours-per-buffer-fetch", "new": "ours"}
 
 
 def ours_rows(profile_log):
@@ -34,11 +44,14 @@ def ours_rows(profile_log):
         if line.startswith("=== "):
             words = line.split()[1:]
             flags = words[3:]
+            build = BUILDS.get(flags[-1]) if flags else None
             head = {
                 "B": words[0],
                 "I": words[1],
                 "C": words[2],
-                "contender": "ours-host-ordered"
+                "contender": build
+                if build
+                else "ours-host-ordered"
                 if "--host-ordered" in flags
                 else "ours-dw-as-stored"
                 if "--dw-as-stored" in flags
@@ -48,7 +61,10 @@ def ours_rows(profile_log):
                 "step_ms": "",
                 "extra_mib": "",
             }
-            rows.append(head)
+            # The LM terms have no column here (their table: lm_terms_table.py); such rows
+            # are read from the log itself.
+            if not any(f in flags for f in ("--z-loss", "--softcap", "--logit-scale")):
+                rows.append(head)
         elif head is not None and line.startswith("memory:"):
             # Only the streamed path records its peak (0 on the small-C path: left blank).
             if float(re.search(r"peak in use ([\d.]+) MiB", line)[1]) > 0:
@@ -108,5 +124,18 @@ def routes(path):
         print(f"| {b}, {i}, {c} | {name} ({activation}) | {of['ours']} | {of['ours-host-ordered']} | {stored} |")
 
 
+def before(path):
+    rows = list(csv.DictReader(open(path)))
+    keys = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"], r["activation"]) for r in rows)
+    print("| B, I, C | precision | build of 838b72a | online softmax, one round trip per address | this build (both) | saved |")
+    print("|---|---|---:|---:|---:|---:|")
+    for key in keys:
+        of = {r["contender"]: float(r["step_ms"]) for r in rows if (r["B"], r["I"], r["C"], r["precision"], r["activation"]) == key}
+        b, i, c, precision, activation = key
+        name = "TF32" if precision == "tf32" else precision
+        old, mid, new = of["ours-838b72a"], of["ours-per-buffer-fetch"], of["ours"]
+        print(f"| {b}, {i}, {c} | {name} ({activation}) | {old:.2f} | {mid:.2f} | {new:.2f} | {old - new:.2f} |")
+
+
 if __name__ == "__main__":
-    {"csv": write_csv, "table": table, "routes": routes}[sys.argv[1]](sys.argv[2])
+    {"csv": write_csv, "table": table, "routes": routes, "before": before}[sys.argv[1]](sys.argv[2])

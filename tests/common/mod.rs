@@ -4,11 +4,12 @@
 use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray};
 use burn::module::Param;
+use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{DType, Int, Tensor};
+use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_fused_head::{
     FusedHeadBackend, FusedLinearCrossEntropy, HeadActivation, HeadOptions, HeadPrecision,
-    fused_linear_cross_entropy,
+    HeadReduction, fused_linear_cross_entropy,
 };
 use burn_fused_head_testing::gates::{GateReport, StageOutputs, gate, run_stages, run_stages_with};
 use burn_fused_head_testing::reference::{HeadData, stock_head_loss, stock_linear_loss};
@@ -322,5 +323,96 @@ impl Rng {
 
     pub fn chance(&mut self, one_in: usize) -> bool {
         self.below(one_in) == 0
+    }
+}
+/// The result, the gradients of `sum(result * upstream)`, and each row's statistics.
+#[derive(Debug)]
+pub struct Outcome {
+    pub out: Vec<f64>,
+    pub dx: Vec<f64>,
+    pub dw: Vec<f64>,
+    pub db: Vec<f64>,
+    pub lse: Vec<f64>,
+    pub log_prob: Vec<f64>,
+    pub entropy: Vec<f64>,
+}
+
+/// Whether `loss` ignores the label `y`.
+pub fn ignored(loss: &HeadOptions, y: i64) -> bool {
+    loss.ignore_index == Some(y) || loss.pad_tokens.iter().flatten().any(|&t| t as i64 == y)
+}
+
+/// The LM terms' formula (`tests/logit_terms.rs`'s module doc) on NdArray f64 in stock Burn
+/// ops, its gradients by Burn's autodiff: the result under `loss`'s reduction, the gradients
+/// of `sum(result * upstream)`, and each row's statistics.
+pub fn terms_formula(data: &HeadData, loss: &HeadOptions, upstream: &[f64]) -> Outcome {
+    type AB = Autodiff<Reference>;
+    let device = reference_device();
+    let (x, w, b, _) = data.tensors::<AB>(&device, DType::F64);
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let (n, c) = (data.batch, data.classes);
+    let class_weight = |k: usize| loss.class_weights.as_ref().map_or(1.0, |w| w[k] as f64);
+    let e = loss.smoothing.unwrap_or(0.0) as f64;
+    let zeta = loss.z_loss.unwrap_or(0.0) as f64;
+    let mut a = vec![0.0; n * c];
+    let mut keep = vec![0.0; n];
+    let mut onehot = vec![0.0; n * c];
+    let mut total = 0.0;
+    for (r, &y) in data.labels.iter().enumerate() {
+        if ignored(loss, y) {
+            continue;
+        }
+        let y = y as usize;
+        for k in 0..c {
+            a[r * c + k] = e / c as f64 * class_weight(k);
+        }
+        a[r * c + y] += (1.0 - e) * class_weight(y);
+        onehot[r * c + y] = 1.0;
+        keep[r] = 1.0;
+        total += class_weight(y);
+    }
+    let f64s = |v: Vec<f64>, shape: Vec<usize>| {
+        Tensor::<AB, 2>::from_data(TensorData::new(v, shape), (&device, DType::F64))
+    };
+    let (a, onehot, keep) = (
+        f64s(a, vec![n, c]),
+        f64s(onehot, vec![n, c]),
+        f64s(keep, vec![n, 1]),
+    );
+    let z = x.clone().matmul(w.clone().transpose()) + b.clone().unsqueeze_dim(0);
+    // ReLU as the op computes it: 0 where Z <= 0 (its derivative 0 there), and a NaN Z kept
+    // (Burn's `relu` on NdArray maps NaN to 0).
+    let h = match loss.activation {
+        HeadActivation::Relu => z.clone().mask_fill(z.lower_equal_elem(0.0), 0.0),
+        HeadActivation::Identity => z,
+    } * loss.logit_scale.unwrap_or(1.0) as f64;
+    let h = match loss.softcap {
+        Some(cap) => (h / cap as f64).tanh() * cap as f64,
+        None => h,
+    };
+    let lp = log_softmax(h.clone(), 1); // [B, C]
+    let lse = (h - lp.clone()).slice([0..n, 0..1]); // [B, 1]: H - lp is lse in every column
+    let l = -(lp.clone() * a).sum_dim(1) + lse.clone().powi_scalar(2) * keep * zeta; // [B, 1]
+    let l = l.squeeze_dim::<1>(1);
+    let out = match loss.reduction {
+        HeadReduction::Mean => l.sum() / total,
+        HeadReduction::Sum => l.sum(),
+        HeadReduction::None => l,
+    };
+    let v = Tensor::<AB, 1>::from_data(
+        TensorData::new(upstream.to_vec(), [upstream.len()]),
+        (&device, DType::F64),
+    );
+    let grads = (out.clone() * v).sum().backward();
+    let entropy = -(lp.clone().exp() * lp.clone()).sum_dim(1);
+    let log_prob = (lp * onehot).sum_dim(1);
+    Outcome {
+        out: to_f64(out),
+        dx: to_f64(x.grad(&grads).unwrap()),
+        dw: to_f64(w.grad(&grads).unwrap()),
+        db: to_f64(b.grad(&grads).unwrap()),
+        lse: to_f64(lse.squeeze_dim::<1>(1)),
+        log_prob: to_f64(log_prob.squeeze_dim::<1>(1)),
+        entropy: to_f64(entropy.squeeze_dim::<1>(1)),
     }
 }

@@ -13,7 +13,7 @@ use cubecl::{cube, prelude::*};
 
 use crate::activation::{activation, activation_grad};
 use crate::reductions::columns::column_total;
-use crate::reductions::tree::{tree_argmax, tree_max, tree_sum};
+use crate::reductions::tree::{tree_argmax, tree_max_sum, tree_sum};
 use crate::softmax_ce::{checked_label, row_loss, softmax_grad};
 
 /// `(H, dH/dA)` of one logit `v = s act(Z)` under the softcap: `cap tanh(v / cap)` and
@@ -37,11 +37,13 @@ fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: boo
 
 /// Row `CUBE_POS` of a chunk `p` [n, C], rows `first..first + n` of a batch of `batch` rows:
 /// writes `loss[first + row]` and replaces the row of `p` with its dZ. One cube per row of
-/// `cube_units` units (a power of two); each unit takes a strided slice of the row, and the
-/// maximum and the sum of exponentials are combined by fixed-order trees. Cubes past n leave.
+/// `cube_units` units (a power of two); each unit takes a strided slice of the row. The row is
+/// read twice: once for the maximum and the sum of exponentials together (online softmax: each
+/// unit's sum rescaled whenever its maximum grows, the units' pairs merged by a fixed-order
+/// tree), once for dZ. Cubes past n leave.
 ///
-/// In place: the row is read twice (maximum, sum) before any unit writes, and the label's value
-/// is read before the second tree, whose barriers every unit passes before writing.
+/// In place: the first read and the label's value come before the trees, whose barriers every
+/// unit passes before writing.
 ///
 /// With `half`, `bias` and `dz_half` [n, C] are of the inputs' half type `E`, P is f32 (`F`),
 /// and each dZ is also written rounded to `E` into `dz_half`; without, `E` is `F` and
@@ -58,15 +60,14 @@ fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: boo
 /// class-weighted, so it has its own row weight); the loss written is the cross-entropy's
 /// alone, and `stats` is on too (the host adds `zeta lse^2` to the row's loss). With `stats`,
 /// also `lse[first + row]` and `entropy[first + row] = ln d - sum_c e_c (H_c - m) / d`
-/// (`e_c = exp(H_c - m)`), the latter a third fixed-order tree. Tensors an option leaves off
-/// are never touched.
+/// (`e_c = exp(H_c - m)`), the latter a second fixed-order tree after the loss's. Tensors an
+/// option leaves off are never touched.
 ///
 /// With `predict`, also `predictions[first + row]` = the row's argmax of `s act(Z)` (the
 /// softcap left out: it keeps the order and ties the logits it saturates), the first class of
-/// the largest value, found with the maximum: each unit keeps the first class of its largest
-/// value, and the tree keeps the larger value, then the smaller class. The softcap is
-/// increasing, so the row's maximum of H is the capped maximum. Without, `predictions` is
-/// never touched.
+/// the largest value, found in the first read: each unit keeps the first class of its largest
+/// value, and an argmax tree keeps the larger value, then the smaller class. The loss's tree
+/// is the same with or without it. Without, `predictions` is never touched.
 #[cube(launch_unchecked)]
 pub fn streamed_rows<F: Float, E: Float, L: Int>(
     p: &mut Tensor<F>,
@@ -108,51 +109,50 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
     let (scale, cap) = (F::cast_from(scale), F::cast_from(cap));
     let inv_cap = F::new(1.0) / cap;
 
-    // 1. Row maximum of V = s act(P + b) (and with `predict`, the first class that holds it).
+    // 1. One pass over the row (online softmax): each unit's maximum of H = cap(s act(P + b))
+    //    over its classes and its sum of exponentials relative to that maximum, rescaled as
+    //    the maximum grows; with `predict`, also the first class of its largest V = s act(P + b).
     let mut m = F::min_value();
+    let mut s = F::new(0.0);
+    let mut best = F::min_value();
     let mut at = classes as u32; // none yet
     let mut j = unit;
     while j < classes {
         let v = activation::<F>(p[base + j] + F::cast_from(bias[j]), relu) * scale;
         if predict {
-            let take = v > m || at == classes as u32;
-            m = select(take, v, m);
+            let take = v > best || at == classes as u32;
+            best = select(take, v, best);
             at = select(take, j as u32, at);
-        } else {
-            m = F::max(m, v);
         }
+        let (h, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
+        // A NaN H leaves the maximum (`max` skips it) and makes the sum NaN.
+        let grown = F::max(m, h);
+        s = s * F::exp(m - grown) + F::exp(h - grown);
+        m = grown;
         j += stride;
     }
-    smem[unit] = m;
-    let (m, predicted) = if predict {
-        let mut indices = SharedMemory::<u32>::new(cube_units);
-        indices[unit] = at;
-        let (best, class) = tree_argmax::<F>(&mut smem, &mut indices);
-        // No class at all only where every value was below F's lowest (-inf): class 0.
-        (best, select(class < classes as u32, class, 0u32))
-    } else {
-        (tree_max::<F>(&mut smem), 0u32)
-    };
-    // The maximum of H: the softcap is increasing.
-    let (m, _) = capped::<F>(m, scale, cap, inv_cap, softcap);
 
     // 2. The label, checked before it is ever used as an index, and its H, read before any
-    //    unit can pass the next tree and overwrite the row.
+    //    unit can pass the trees below and overwrite the row.
     let (valid, target) = checked_label::<L>(labels[first + row], L::cast_from(classes));
     let v = activation::<F>(p[base + target] + F::cast_from(bias[target]), relu) * scale;
     let (picked, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
 
-    // 3. Denominator d = sum_j exp(H - m), fixed order.
-    let mut s = F::new(0.0);
-    let mut j = unit;
-    while j < classes {
-        let v = activation::<F>(p[base + j] + F::cast_from(bias[j]), relu) * scale;
-        let (h, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
-        s += F::exp(h - m);
-        j += stride;
+    // 3. The row's maximum m of H and denominator d = sum_j exp(H - m), and with `predict` its
+    //    class: fixed-order trees over the units' parts.
+    let mut predicted = 0u32;
+    if predict {
+        smem[unit] = best;
+        let mut indices = SharedMemory::<u32>::new(cube_units);
+        indices[unit] = at;
+        let (_, class) = tree_argmax::<F>(&mut smem, &mut indices);
+        // No class at all only where every value was below F's lowest (-inf): class 0.
+        predicted = select(class < classes as u32, class, 0u32);
     }
-    smem[unit] = s;
-    let d = tree_sum::<F>(&mut smem);
+    let mut sums = SharedMemory::<F>::new(cube_units);
+    smem[unit] = m;
+    sums[unit] = s;
+    let (m, d) = tree_max_sum::<F>(&mut smem, &mut sums);
     let log_sum_exp = m + F::ln(d);
 
     // 4. The loss.

@@ -45,6 +45,33 @@ fn tree_reduce<F: Float>(smem: &mut SharedMemory<F>, #[comptime] max: bool) -> F
     total
 }
 
+/// `(m, d)` of the units' pairs `(maxes[k], sums[k])`, each a maximum and a sum of
+/// exponentials relative to it (`sums[k] = sum_c exp(h_c - maxes[k])` over a unit's share of a
+/// row): `m` the largest of the maxima and `d = sum_k sums[k] exp(maxes[k] - m)`, combined in a
+/// fixed pairwise order (online softmax's merge); every unit gets the result. A NaN sum carries
+/// into `d`.
+#[cube]
+pub fn tree_max_sum<F: Float>(maxes: &mut SharedMemory<F>, sums: &mut SharedMemory<F>) -> (F, F) {
+    sync_cube();
+    let mut half = CUBE_DIM / 2;
+    while half > 0 {
+        if UNIT_POS < half {
+            let (a, b) = (UNIT_POS as usize, (UNIT_POS + half) as usize);
+            let (ma, mb) = (maxes[a], maxes[b]);
+            let m = F::max(ma, mb);
+            sums[a] = sums[a] * F::exp(ma - m) + sums[b] * F::exp(mb - m);
+            maxes[a] = m;
+        }
+        // Every unit must see this level's values before the next level reads them.
+        sync_cube();
+        half /= 2;
+    }
+    let total = (maxes[0], sums[0]);
+    // Nobody may overwrite either array (a later reduction) before all have read them.
+    sync_cube();
+    total
+}
+
 /// `(max, index)` of `values[0..CUBE_DIM]` with their `indices`: the largest value, and on a
 /// tie the smallest index; every unit gets the result. The maximum is exact, so it is the value
 /// [`tree_max`] gives (NaN aside: comparisons skip a NaN that is not the first value a unit

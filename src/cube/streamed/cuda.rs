@@ -79,37 +79,89 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
             db.dtype,
         )
     });
-    let ptr = |t: &CubeTensor<R>| pointer(t);
-    let p_ptr = ptr(&buffer);
+    let stream_kernel = if host_ordered() {
+        None
+    } else {
+        row_kernel(chunk, x, &engine)
+    };
+    // Every address the products and the row kernel take, in one call to CubeCL's server
+    // thread, which on one timeline also flushes CubeCL's queue (the inputs, the fills) for
+    // this thread to wait on: one round trip where there were one per buffer and one for the
+    // wait.
+    let [
+        x_ptr,
+        w_ptr,
+        p_ptr,
+        dz_half,
+        dx,
+        dw,
+        db,
+        ones_ptr,
+        xt,
+        bias,
+        labels,
+        loss_rows,
+        predictions,
+        row_weights,
+        z_weights,
+        lse,
+        entropy,
+    ] = addresses(
+        [
+            Some(chunk.x),
+            Some(chunk.weight),
+            Some(&buffer),
+            Some(chunk.dz_half),
+            grads.x.as_ref(),
+            grads.weight.as_ref(),
+            grads.bias.as_ref(),
+            ones.as_ref(),
+            transposed.as_ref(),
+            Some(chunk.bias),
+            Some(chunk.labels),
+            Some(chunk.loss_rows),
+            Some(chunk.predictions),
+            Some(chunk.row_weights),
+            Some(chunk.z_weights),
+            Some(chunk.lse),
+            Some(chunk.entropy),
+        ],
+        stream_kernel.is_some(),
+    );
+    let given = |ptr: Option<u64>| ptr.expect("the address of a given tensor");
+    let p_ptr = given(p_ptr);
     let products = Products {
-        x: ptr(chunk.x),
-        w: ptr(chunk.weight),
+        x: given(x_ptr),
+        w: given(w_ptr),
         p: p_ptr,
         // dZ as the dX and dW products' operand: P itself, or its copy in the inputs' type.
-        dz: if chunk.half {
-            ptr(chunk.dz_half)
-        } else {
-            p_ptr
-        },
-        dx: grads.x.as_ref().map(ptr),
-        dw: grads.weight.as_ref().map(ptr),
-        db: grads.bias.as_ref().map(ptr),
-        ones: ones.as_ref().map(ptr),
-        xt: transposed.as_ref().map(ptr),
+        dz: if chunk.half { given(dz_half) } else { p_ptr },
+        dx,
+        dw,
+        db,
+        ones: ones_ptr,
+        xt,
         inputs,
         classes,
         tf32,
         operand,
         size,
     };
-    let stream_kernel = if host_ordered() {
-        None
-    } else {
-        row_kernel(chunk, x, &engine)
-    };
     match stream_kernel {
         Some(kernel) => {
-            one_timeline(chunk, rows, &buffer, &products, &mut engine, kernel);
+            let fixed = [
+                bias,
+                labels,
+                loss_rows,
+                predictions,
+                dz_half,
+                row_weights,
+                z_weights,
+                lse,
+                entropy,
+            ]
+            .map(given);
+            one_timeline(chunk, rows, &buffer, &products, fixed, &mut engine, kernel);
             #[cfg(feature = "testing")]
             super::routes::SWITCHES
                 .one_timeline
@@ -191,14 +243,16 @@ impl Products {
     }
 }
 
-/// Every chunk on cuBLASLt's stream, the row kernel too: one host wait at entry (CubeCL has
-/// written the inputs and filled the ones), one at exit (the gradients are written for
-/// CubeCL's next kernels).
+/// Every chunk on cuBLASLt's stream, the row kernel too: after the caller's one host wait
+/// (CubeCL has written the inputs and filled the ones, [`addresses`]), one at exit (the
+/// gradients are written for CubeCL's next kernels). `fixed` are the addresses of the row
+/// kernel's tensors after P, in its argument order.
 fn one_timeline<R: CubeRuntime>(
     chunk: &Chunk<'_, R>,
     rows: usize,
     buffer: &CubeTensor<R>,
     products: &Products,
+    fixed: [u64; 9],
     engine: &mut Engine,
     kernel: &'static on_stream::Loaded,
 ) {
@@ -208,7 +262,7 @@ fn one_timeline<R: CubeRuntime>(
             .expect("a CUDA tensor")
             .clone()
     };
-    let fixed = [
+    let tensors = [
         chunk.bias,
         chunk.labels,
         chunk.loss_rows,
@@ -218,18 +272,17 @@ fn one_timeline<R: CubeRuntime>(
         chunk.z_weights,
         chunk.lse,
         chunk.entropy,
-    ]
-    .map(|t| (cuda(t), pointer(t)));
+    ];
+    let fixed: [_; 9] = std::array::from_fn(|k| (cuda(tensors[k]), fixed[k]));
     let terms = chunk.terms;
     let client = cuda(chunk.x).client;
     // The dynamic metadata (P's shape, the others' fixed) of a chunk of n rows, on the device.
     let mut uploaded: Vec<(usize, CudaSlice<u64>, u64)> = Vec::new();
-    wait_for_cubecl(chunk.x);
     let mut first = 0;
     while first < chunk.batch {
         let n = rows.min(chunk.batch - first);
         // SAFETY: every pointer is of a live buffer of this device, laid out as the products
-        // and the row kernel's tensors say; CubeCL wrote them before the wait above and
+        // and the row kernel's tensors say; CubeCL wrote them before the caller's wait and
         // touches none of them until the engine's stream is synchronised below.
         unsafe { products.logits(engine, first, n) };
         let view = rows_view(buffer, n);
@@ -399,16 +452,46 @@ fn rows_view<R: CubeRuntime>(buffer: &CubeTensor<R>, n: usize) -> CubeTensor<R> 
     )
 }
 
-/// The device address of a CUDA tensor's first element.
-fn pointer<R: CubeRuntime>(t: &CubeTensor<R>) -> u64 {
-    let t = (t as &dyn Any)
-        .downcast_ref::<CubeTensor<CudaRuntime>>()
-        .expect("a CUDA tensor");
-    t.client
-        .get_resource(t.handle.clone())
-        .expect("the device address of a CUDA buffer")
-        .resource()
-        .ptr
+/// The device addresses of the given tensors' first elements (CUDA tensors of one device),
+/// `None` where no tensor is given, fetched in one call to CubeCL's server thread: the
+/// closure runs there, where each `get_resource` runs at once, not as a round trip each.
+/// With `wait`, the same call also flushes CubeCL's queue and records the point to wait for
+/// (`sync`), and this thread then waits for it, so the server thread stays free for others.
+/// Failures are raised here, on the caller's thread (a panic on the server thread would only
+/// be logged there).
+fn addresses<R: CubeRuntime, const N: usize>(
+    tensors: [Option<&CubeTensor<R>>; N],
+    wait: bool,
+) -> [Option<u64>; N] {
+    let tensors = tensors.map(|t| {
+        t.map(|t| {
+            (t as &dyn Any)
+                .downcast_ref::<CubeTensor<CudaRuntime>>()
+                .expect("a CUDA tensor")
+        })
+    });
+    let client = &tensors
+        .iter()
+        .flatten()
+        .next()
+        .expect("at least one tensor")
+        .client;
+    let (addresses, synced) = client
+        .exclusive(|| {
+            let addresses = tensors.map(|t| {
+                t.map(|t| {
+                    client
+                        .get_resource(t.handle.clone())
+                        .map(|r| r.resource().ptr)
+                })
+            });
+            (addresses, wait.then(|| client.sync()))
+        })
+        .expect("CubeCL's server thread");
+    if let Some(synced) = synced {
+        cubecl::future::block_on(synced).expect("CubeCL sync");
+    }
+    addresses.map(|a| a.map(|a| a.expect("the device address of a CUDA buffer")))
 }
 
 /// Blocks until CubeCL's queue on `like`'s device has run.
