@@ -18,7 +18,7 @@ where the streamed path did not run). `ours-dw-as-stored` is `ours` with TF32 dW
 (`--dw-as-stored`).
 
 A header may end in a build's name (a lease that ran builds side by side): `old` is the build
-of commit 838b72a (contender `ours-838b72a`); `new` is the build of this change (`ours`), and
+of commit 423c3a5 (contender `ours-423c3a5`); `new` is the build of this change (`ours`), and
 `oldfetch` the same binary with `FH_OLD_FETCH=1`, a switch of that measurement build (removed
 before the commit) that fetched the addresses one server round trip each
 (`ours-per-buffer-fetch`).
@@ -35,7 +35,7 @@ import sys
 
 COLUMNS = ["B", "I", "C", "contender", "precision", "activation", "step_ms", "extra_mib"]
 # A header's last word naming the build that ran it, and its contender.
-BUILDS = {"old": "ours-838b72a", "oldfetch": "ours-per-buffer-fetch", "new": "ours"}
+BUILDS = {"old": "ours-423c3a5", "oldfetch": "ours-per-buffer-fetch", "new": "ours"}
 
 
 def ours_rows(profile_log):
@@ -127,13 +127,13 @@ def routes(path):
 def before(path):
     rows = list(csv.DictReader(open(path)))
     keys = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"], r["activation"]) for r in rows)
-    print("| B, I, C | precision | build of 838b72a | online softmax, one round trip per address | this build (both) | saved |")
+    print("| B, I, C | precision | build of 423c3a5 | online softmax, one round trip per address | this build (both) | saved |")
     print("|---|---|---:|---:|---:|---:|")
     for key in keys:
         of = {r["contender"]: float(r["step_ms"]) for r in rows if (r["B"], r["I"], r["C"], r["precision"], r["activation"]) == key}
         b, i, c, precision, activation = key
         name = "TF32" if precision == "tf32" else precision
-        old, mid, new = of["ours-838b72a"], of["ours-per-buffer-fetch"], of["ours"]
+        old, mid, new = of["ours-423c3a5"], of["ours-per-buffer-fetch"], of["ours"]
         print(f"| {b}, {i}, {c} | {name} ({activation}) | {old:.2f} | {mid:.2f} | {new:.2f} | {old - new:.2f} |")
 
 
