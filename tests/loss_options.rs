@@ -9,13 +9,12 @@
 mod common;
 
 use burn::backend::Autodiff;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_fused_head::{
     FusedHeadBackend, HeadActivation, HeadOptions, HeadReduction, fused_linear_cross_entropy,
 };
 use burn_fused_head_testing::reference::HeadData;
-use common::{Reference, Rng, assert_gates, opts, reference_device, to_f64, with_loss};
+use common::{Rng, assert_gates, opts, reference_device, terms_formula, to_f64, with_loss};
 
 use burn_fused_head_testing::gates::gate;
 
@@ -28,58 +27,18 @@ struct Outcome {
     db: Vec<f64>,
 }
 
-/// Whether PyTorch's `cross_entropy` with `loss` ignores the label `y`.
-fn ignored(loss: &HeadOptions, y: i64) -> bool {
-    loss.ignore_index == Some(y) || loss.pad_tokens.iter().flatten().any(|&t| t as i64 == y)
-}
-
 /// PyTorch's `cross_entropy(act(X W^T + b), labels, weight, ignore_index, reduction,
 /// label_smoothing)` on NdArray f64, its gradients by Burn's autodiff: `L[r] = -sum_c A[r, c]
 /// lp[r, c]` with `A[r, c] = (1 - e) w[y] [c = y] + (e / C) w[c]` (0 for an ignored row), the
-/// mean dividing by the sum of `w[y]` over the rows not ignored.
+/// mean dividing by the sum of `w[y]` over the rows not ignored. It is the LM terms' formula
+/// with the terms off (`common::terms_formula`, no logit scale, softcap or z-loss).
 fn pytorch(data: &HeadData, loss: &HeadOptions, act: HeadActivation, upstream: &[f64]) -> Outcome {
-    type AB = Autodiff<Reference>;
-    let device = reference_device();
-    let (x, w, b, _) = data.tensors::<AB>(&device, DType::F64);
-    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
-    let (n, c) = (data.batch, data.classes);
-    let class_weight = |k: usize| loss.class_weights.as_ref().map_or(1.0, |w| w[k] as f64);
-    let e = loss.smoothing.unwrap_or(0.0) as f64;
-    let mut a = vec![0.0; n * c];
-    let mut total = 0.0;
-    for (r, &y) in data.labels.iter().enumerate() {
-        if ignored(loss, y) {
-            continue;
-        }
-        let y = y as usize;
-        for k in 0..c {
-            a[r * c + k] = e / c as f64 * class_weight(k);
-        }
-        a[r * c + y] += (1.0 - e) * class_weight(y);
-        total += class_weight(y);
-    }
-    let a = Tensor::<AB, 2>::from_data(TensorData::new(a, [n, c]), (&device, DType::F64));
-    let z = x.clone().matmul(w.clone().transpose()) + b.clone().unsqueeze_dim(0);
-    let h = match act {
-        HeadActivation::Relu => burn::tensor::activation::relu(z),
-        HeadActivation::Identity => z,
-    };
-    let l = -(log_softmax(h, 1) * a).sum_dim(1).squeeze_dim::<1>(1); // [B]
-    let out = match loss.reduction {
-        HeadReduction::Mean => l.sum() / total,
-        HeadReduction::Sum => l.sum(),
-        HeadReduction::None => l,
-    };
-    let v = Tensor::<AB, 1>::from_data(
-        TensorData::new(upstream.to_vec(), [upstream.len()]),
-        (&device, DType::F64),
-    );
-    let grads = (out.clone() * v).sum().backward();
+    let o = terms_formula(data, &loss.clone().with_activation(act), upstream);
     Outcome {
-        out: to_f64(out),
-        dx: to_f64(x.grad(&grads).unwrap()),
-        dw: to_f64(w.grad(&grads).unwrap()),
-        db: to_f64(b.grad(&grads).unwrap()),
+        out: o.out,
+        dx: o.dx,
+        dw: o.dw,
+        db: o.db,
     }
 }
 

@@ -325,6 +325,7 @@ impl Rng {
         self.below(one_in) == 0
     }
 }
+
 /// The result, the gradients of `sum(result * upstream)`, and each row's statistics.
 #[derive(Debug)]
 pub struct Outcome {
