@@ -422,6 +422,17 @@ pub trait FusedHeadBackend: Backend {
         prim(widened(dz, wide).matmul(widened(weight, wide)).cast(dtype)) // [B, I]
     }
 
+    /// The sum of `values` `[n]`, `[1]`, in the fixed pairwise order of the cross-entropy
+    /// options' reductions (the mean's denominator and the mean or sum of the rows): level
+    /// after level, element k of the first half plus element k of the second half, an odd
+    /// length carrying its last element to the next level, `ceil(log2 n)` levels; 0 for
+    /// n = 0. The default is stock element-wise additions, a launch or more per level; the
+    /// CubeCL backends run one kernel of the same order (f32), so the bits are the same on
+    /// every backend.
+    fn head_sum(values: FloatTensor<Self>) -> FloatTensor<Self> {
+        stock_sum::<Self>(values)
+    }
+
     /// The batch mean of the per-row losses, `[1]`. An empty batch gives NaN (0 / 0), as
     /// PyTorch's mean over nothing.
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -986,6 +997,12 @@ pub(crate) fn scaled<B: Backend>(dh: FloatTensor<B>, grad_loss: FloatTensor<B>) 
 }
 
 /// A float primitive as a tensor of rank `D`.
+/// [`FusedHeadBackend::head_sum`] in stock ops ([`pairwise::sum`]): its default, and the
+/// CubeCL backends' where the values are not f32.
+pub(crate) fn stock_sum<B: Backend>(values: FloatTensor<B>) -> FloatTensor<B> {
+    prim(pairwise::sum(float::<B, 1>(values)))
+}
+
 fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }

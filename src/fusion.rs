@@ -279,6 +279,15 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         one(out)
     }
 
+    fn head_sum(values: FloatTensor<Self>) -> FloatTensor<Self> {
+        let outputs = [(Shape::new([1]), values.dtype)];
+        let out = call::<B>("fused_head_sum", vec![values], &outputs, false, |ins| {
+            let [values] = floats(ins);
+            vec![Prim::Float(B::head_sum(values))]
+        });
+        one(out)
+    }
+
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
         let outputs = [(Shape::new([1]), loss_rows.dtype)];
         let out = call::<B>(

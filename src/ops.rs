@@ -62,9 +62,9 @@ use crate::validate;
 /// - Paths: plain options ([`HeadOptions::is_plain`]) run the fused kernels. Without
 ///   smoothing, C > 32 on the CubeCL backends runs the streamed path with each row's weight
 ///   (and the logit scale, softcap and z-loss) in its row kernel; the reduction `None` runs
-///   that pass again in the backward step (twice the products of the mean). Label smoothing,
-///   C <= 32, f16 tensors with options and the stock-op backends run the materialized path,
-///   which holds Z and the rows' gradients, two `[B, C]` tensors.
+///   that pass again in the backward step (twice the products of the mean); f16 tensors run
+///   it in f32 on their values cast up. Label smoothing, C <= 32 and the stock-op backends run
+///   the materialized path, which holds Z and the rows' gradients, two `[B, C]` tensors.
 ///
 /// # Panics
 /// Before anything runs, on mismatched shapes (the I of X and W, b not `[C]`, targets not

@@ -153,7 +153,7 @@ pub struct HeadOptions {
     pub z_loss: Option<f32>,
     /// The most elements of the streamed path's chunk buffer `[rows, C]` (C > 32 on the
     /// CubeCL backends): less memory, more passes over dW. At least 1; below C, chunks of one
-    /// row. Default: the path's own rule (48 Mi elements, 96 Mi from C = 65536). The bits
+    /// row. Default: the path's own rule (64 Mi elements, 128 Mi from C = 65536). The bits
     /// of the result depend on it (dW and db are summed chunk by chunk), never on the call.
     pub chunk_elements: Option<usize>,
 }

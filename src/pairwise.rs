@@ -8,7 +8,9 @@
 //! of the second half, level after level, until one is left (an odd length carries its last
 //! element to the next level). An addition of two numbers has one result on every backend, so
 //! the bits are a function of the values alone, and the rounding error of n terms grows as
-//! `ceil(log2 n)` rather than n.
+//! `ceil(log2 n)` rather than n. [`sum`] is also `FusedHeadBackend::head_sum`'s default; the
+//! CubeCL backends run the same order in one kernel (`kernels::reductions::pairwise`), where
+//! these stock ops take one or two launches per level.
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;

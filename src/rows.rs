@@ -20,6 +20,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData, TensorPrimitive};
 
+use crate::FusedHeadBackend;
 use crate::options::{HeadActivation, HeadOptions, HeadReduction, RowTerms};
 use crate::pairwise;
 
@@ -245,23 +246,33 @@ pub(crate) fn logits_seen<B: Backend>(
 }
 
 /// The reduction of the loss rows `L` `[B]`: the mean over `sum_r w[y_r]` (`denominator`),
-/// the sum, or `L` itself; the sums in [`pairwise`]'s fixed order.
-pub(crate) fn reduce<B: Backend>(
+/// the sum, or `L` itself; the sums in [`pairwise`]'s fixed order (`head_sum`).
+pub(crate) fn reduce<B: FusedHeadBackend>(
     l: Tensor<B, 1>,
     denominator: Option<Tensor<B, 1>>,
     reduction: HeadReduction,
 ) -> Tensor<B, 1> {
     match reduction {
-        HeadReduction::Mean => pairwise::sum(l) / denominator.expect("the mean's denominator"),
-        HeadReduction::Sum => pairwise::sum(l),
+        HeadReduction::Mean => sum(l) / denominator.expect("the mean's denominator"),
+        HeadReduction::Sum => sum(l),
         HeadReduction::None => l,
     }
 }
 
 /// The mean's denominator `sum_r w[y_r]` `[1]` in [`pairwise`]'s fixed order (NaN where a
 /// label is outside `[0, C)` and not ignored), or `None` for the other reductions.
-pub(crate) fn denominator<B: Backend>(rows: &Rows<B>, loss: &HeadOptions) -> Option<Tensor<B, 1>> {
-    (loss.reduction == HeadReduction::Mean).then(|| pairwise::sum(rows.weight.clone()))
+pub(crate) fn denominator<B: FusedHeadBackend>(
+    rows: &Rows<B>,
+    loss: &HeadOptions,
+) -> Option<Tensor<B, 1>> {
+    (loss.reduction == HeadReduction::Mean).then(|| sum(rows.weight.clone()))
+}
+
+/// `t` `[n]` summed by [`FusedHeadBackend::head_sum`] (one launch on the CubeCL backends).
+fn sum<B: FusedHeadBackend>(t: Tensor<B, 1>) -> Tensor<B, 1> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::head_sum(
+        t.into_primitive().tensor(),
+    )))
 }
 
 /// Each row's upstream gradient `u` `[B]` for the upstream gradient `grad` of the result

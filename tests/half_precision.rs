@@ -167,13 +167,28 @@ fn bf16_predictions_are_the_rows_argmax() {
 /// the rows kept, under the bf16 bound of the rows kept against the f64 reference on them (an
 /// ignored row's dZ is exactly 0, so it adds nothing to dW and db); the ignored rows' dX is 0.
 /// C <= 32 runs the materialized path in f32, C > 32 the native streamed path with its row
-/// weights.
+/// weights (on one GPU timeline).
 #[test]
 fn bf16_ignored_rows_give_the_step_of_the_rows_kept() {
+    ignored_rows_give_the_step_of_the_rows_kept::<FusionBf16>(DType::BF16);
+}
+
+/// The same in f16, under the f16 bound: C > 32 runs the f32 impl's streamed path on the inputs
+/// cast up (on one GPU timeline), with its row weights.
+#[test]
+fn f16_ignored_rows_give_the_step_of_the_rows_kept() {
+    ignored_rows_give_the_step_of_the_rows_kept::<FusionF16>(DType::F16);
+}
+
+/// [`bf16_ignored_rows_give_the_step_of_the_rows_kept`] on `B` in `dtype`.
+fn ignored_rows_give_the_step_of_the_rows_kept<
+    B: AutodiffBackend + FusedHeadBackend<Device = CudaDevice>,
+>(
+    dtype: DType,
+) {
     let device = CudaDevice::default();
     for &(batch, inputs, classes, elements) in SHAPES {
-        let full =
-            HeadData::random(17 + classes as u64, batch, inputs, classes).rounded_to(DType::BF16);
+        let full = HeadData::random(17 + classes as u64, batch, inputs, classes).rounded_to(dtype);
         let ignored = |r: usize| r % 5 == 2;
         let mut data = full.clone();
         let mut kept = full.clone();
@@ -190,13 +205,22 @@ fn bf16_ignored_rows_give_the_step_of_the_rows_kept() {
         }
         kept.batch = kept.labels.len();
         let options = chunks(HeadActivation::Relu, elements).with_ignore_index(Some(-100));
-        let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+        let (x, w, b, labels) = data.tensors::<B>(&device, dtype);
+        let before = burn_fused_head::testing::one_timeline_steps();
         let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
             fused_linear_cross_entropy(x, w, Some(b), l, &options)
         });
+        let context = format!("{dtype:?} ignored rows, B={batch} I={inputs} C={classes}");
+        if classes > 32 {
+            // Other tests of this process may run steps meanwhile: this can only miss a
+            // materialized step, never flag a streamed one.
+            assert!(
+                burn_fused_head::testing::one_timeline_steps() > before,
+                "{context}: the step ran on the streamed path, on one GPU timeline"
+            );
+        }
         let want = stock_grads(&kept, 1.0);
-        let slack = half_slack(&kept, 1.0, DType::BF16, HeadActivation::Relu);
-        let context = format!("bf16 ignored rows, B={batch} I={inputs} C={classes}");
+        let slack = half_slack(&kept, 1.0, dtype, HeadActivation::Relu);
         let mut dx_kept = Vec::new();
         for r in 0..batch {
             let row = &got.dx[r * inputs..(r + 1) * inputs];

@@ -5,6 +5,8 @@
     python3 docs/bench/large_c.py table docs/bench/DATE-large-c.csv
     python3 docs/bench/large_c.py routes docs/bench/DATE-routes.csv
     python3 docs/bench/large_c.py before docs/bench/DATE-online-softmax.csv
+    python3 docs/bench/large_c.py chunks docs/bench/DATE-chunks-profile.log
+    python3 docs/bench/large_c.py terms docs/bench/DATE-chunks-profile.log
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -27,6 +29,14 @@ before the commit) that fetched the addresses one server round trip each
 (any activation: Liger and CCE have no ReLU) and the ratio. `routes` prints ours on one GPU
 timeline beside the host-ordered route and the TF32 dW layout as stored. `before` prints
 the three builds side by side.
+
+`chunks` and `terms` read a profile log itself (its configurations have no column in the
+CSV): `chunks` prints each run without LM terms with its chunk budget (`--chunk N`, else the
+rule of the build that ran it, given as `--rule SMALL,LARGE` elements, default the 48 Mi / 96 Mi
+rule before 2026-12-03 evening), the chunk rows that budget gives, the step (one sync, then 20
+back to back), and the memory; `terms` prints the runs at one shape and precision with their
+flags, backend (`--fusion` or raw) and step beside the same backend's plain run (its last one
+in the log).
 """
 import csv
 import os
@@ -137,5 +147,72 @@ def before(path):
         print(f"| {b}, {i}, {c} | {name} ({activation}) | {old:.2f} | {mid:.2f} | {new:.2f} | {old - new:.2f} |")
 
 
+def profile_runs(path):
+    """(header words, {step, back, extra}) of each run of a profile log, in order."""
+    runs = []
+    for line in open(path):
+        if line.startswith("=== "):
+            runs.append((line.split()[1:], {}))
+        elif runs and line.startswith("medians"):
+            runs[-1][1]["step"] = float(re.search(r"step \(one sync\) ([\d.]+)", line)[1])
+        elif runs and line.startswith("step, 20"):
+            runs[-1][1]["back"] = float(re.search(r"per sync: ([\d.]+)", line)[1])
+        elif runs and line.startswith("memory:"):
+            runs[-1][1]["extra"] = re.search(r"beyond inputs and gradients (-?[\d.]+) MiB", line)[1]
+    return [r for r in runs if "step" in r[1]]
+
+
+def value_after(words, flag):
+    return words[words.index(flag) + 1] if flag in words else None
+
+
+def chunk_rows(batch, classes, budget):
+    """The crate's `chunk_rows` (src/cube/streamed/mod.rs) for a budget of elements."""
+    fit = max(budget // classes, 1)
+    rows = fit // 128 * 128 if fit >= 128 else fit
+    return max(min(rows, batch), 1)
+
+
+def chunks(path, rule="50331648,100663296"):
+    small, large = (int(v) for v in rule.split(","))
+    print("| B, I, C | precision | backend | chunk budget (elements) | rows per chunk (chunks) | step, one sync | 20 back to back | extra MiB |")
+    print("|---|---|---|---|---|---:|---:|---:|")
+    for words, run in profile_runs(path):
+        if any(f in words for f in ("--z-loss", "--softcap", "--logit-scale")):
+            continue
+        b, i, c = (int(w) for w in words[:3])
+        given = value_after(words, "--chunk")
+        budget = int(given) if given else (large if c >= 65536 else small)
+        rows = chunk_rows(b, c, budget)
+        count = -(-b // rows)
+        name = "bf16" if "--bf16" in words else "TF32" if "--tf32" in words else "f32"
+        said = f"{budget} ({budget / 2**20:.1f} Mi)" + ("" if given else ", the rule")
+        backend = "fusion" if "--fusion" in words else "raw"
+        print(f"| {b}, {i}, {c} | {name} | {backend} | {said} | {rows} ({count}) | {run['step']:.2f} | {run['back']:.2f} | {run.get('extra', 'not recorded')} |")
+
+
+def terms(path):
+    runs = profile_runs(path)
+    print("| backend | LM terms | step, one sync | 20 back to back | step / the same backend's plain step |")
+    print("|---|---|---:|---:|---:|")
+    valued = ("--z-loss", "--softcap", "--logit-scale")
+    plain = {}
+    for words, run in runs:
+        fusion = "--fusion" in words
+        if not any(f in words for f in valued) and "--chunk" not in words and "--bf16" in words and words[2] == "32000":
+            plain[fusion] = run["step"]
+    for words, run in runs:
+        if not any(f in words for f in valued) or "--bf16" not in words:
+            continue
+        fusion = "--fusion" in words
+        flags = " ".join(f"{f} {value_after(words, f)}" for f in valued if f in words)
+        ratio = f"{run['step'] / plain[fusion]:.3f}" if fusion in plain else "n/a"
+        name = "`Cuda<bf16>` (fusion)" if fusion else "raw `CubeBackend`"
+        print(f"| {name} | {flags} | {run['step']:.2f} | {run['back']:.2f} | {ratio} |")
+    for fusion, step in plain.items():
+        print(f"| {'`Cuda<bf16>` (fusion)' if fusion else 'raw `CubeBackend`'} | none (plain) | {step:.2f} | | 1 |")
+
+
 if __name__ == "__main__":
-    {"csv": write_csv, "table": table, "routes": routes, "before": before}[sys.argv[1]](sys.argv[2])
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms}
+    modes[sys.argv[1]](*sys.argv[2:])

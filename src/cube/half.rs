@@ -9,8 +9,9 @@
 //! every C (it keeps no dH), and the step never makes the f16 copy of dZ that bf16's native
 //! path makes (bf16 has f32's exponent range). `head_forward` called directly on f16 tensors
 //! does return dH rounded to f16, as its contract says. With row weights (loss options, LM
-//! terms) at C > 32, f16 inputs take the materialized path (`backend::weighted_step`), not
-//! the streamed one.
+//! terms), f16 inputs take the same route ([`weighted_training_step`]): the f32 impl's
+//! streamed path at C > 32. (Until 2026-12-03 they took the materialized path, holding Z
+//! `[B, C]`.)
 //!
 //! - The training step at C > 32 (`head_step`, with or without predictions) on
 //!   bf16 inputs runs natively where cuBLASLt loads (f16 inputs: below): the streamed path with products on bf16
@@ -32,7 +33,8 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::launch::cast;
 use crate::backend::{
-    FusedHeadBackend, HeadForward, HeadGradients, HeadStep, HeadWanted, KernelOptions,
+    FusedHeadBackend, HeadForward, HeadGradients, HeadStep, HeadStepOutput, HeadTokenStats,
+    HeadWanted, KernelOptions, RowTerms,
 };
 use crate::options::HeadPrecision;
 
@@ -87,6 +89,44 @@ pub(super) fn loss_and_gradients<
     let out = Full::<R, I, BT>::head_step(x, weight, bias, labels, step, kernels);
     let loss = cast(out.loss, dtype);
     (loss, grads_to(out.gradients, dtype), out.predictions, None)
+}
+
+/// `head_step` with row weights `rho`, z-weights and LM `terms` (f16 inputs) of the f32 impl
+/// on X, W and b as f32: the per-row losses and the statistics in f32 as the f32 impl gives
+/// them (the sums' dtype of every float input but f64), the gradients rounded to X's dtype.
+pub(super) fn weighted_training_step<
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
+    [x, weight, bias, labels]: [CubeTensor<R>; 4],
+    (rho, z_weights, terms): (CubeTensor<R>, Option<CubeTensor<R>>, RowTerms),
+    wanted: HeadWanted,
+    kernels: KernelOptions,
+    predict: bool,
+) -> HeadStepOutput<CubeBackend<R, F, I, BT>> {
+    let dtype = x.dtype;
+    let kernels = for_f32(kernels, dtype);
+    let mut step = HeadStep::loss()
+        .with_wanted(wanted)
+        .with_predictions(predict)
+        .with_row_weights(rho)
+        .with_terms(terms);
+    if let Some(z) = z_weights {
+        step = step.with_z_weights(z);
+    }
+    let out = Full::<R, I, BT>::head_step(up(x), up(weight), up(bias), labels, step, kernels);
+    HeadStepOutput {
+        loss: out.loss,
+        gradients: grads_to(out.gradients, dtype),
+        predictions: out.predictions,
+        token_stats: out.token_stats.map(|s| HeadTokenStats {
+            log_sum_exp: s.log_sum_exp,
+            target_log_prob: s.target_log_prob,
+            entropy: s.entropy,
+        }),
+    }
 }
 
 /// `head_forward` of the f32 impl, its outputs rounded to X's dtype.

@@ -161,6 +161,30 @@ pub(super) fn mean_of_parts<R: CubeRuntime, F: FloatElement>(
     out
 }
 
+/// The sum of `values` `[n]` (n > 0), `[1]`, in the pairwise order of the stock-op sums
+/// (`crate::pairwise`), in one cube: [`crate::FusedHeadBackend::head_sum`].
+pub(super) fn pairwise_sum<R: CubeRuntime, F: FloatElement>(
+    values: CubeTensor<R>,
+) -> CubeTensor<R> {
+    let values = contiguous(values);
+    let n = values.shape()[0];
+    let scratch = empty::<R>(&values, [n]); // [n]
+    let out = empty::<R>(&values, [1]); // [1]
+    // SAFETY: values and scratch are contiguous [n], out is [1]; the kernel reads and writes
+    // below n and writes out[0] only.
+    unsafe {
+        kernels::reductions::pairwise::pairwise_sum::launch_unchecked::<F, R>(
+            &values.client,
+            CubeCount::new_single(),
+            CubeDim::new_1d(CUBE_UNITS),
+            values.clone().into_tensor_arg(),
+            scratch.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+        );
+    }
+    out
+}
+
 /// `out = sum_p part[p]`, in order, for a partial-sum tensor [P, ...] reshaped to `shape`. One
 /// part is the sum itself: it is returned as it is (the same memory), with no launch.
 pub(super) fn partial_sum<R: CubeRuntime, F: FloatElement>(

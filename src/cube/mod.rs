@@ -183,6 +183,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         stages::input_gradient::<R, F>(dz, weight)
     }
 
+    fn head_sum(values: FloatTensor<Self>) -> FloatTensor<Self> {
+        // The options' sums are f32 here (the CubeCL backends take no f64).
+        if values.dtype == DType::F32 && values.shape()[0] > 0 {
+            launch::pairwise_sum::<R, f32>(values)
+        } else {
+            crate::backend::stock_sum::<Self>(values)
+        }
+    }
+
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
         if !as_is::<F>("mean_loss", &[loss_rows.dtype]) {
             let dtype = loss_rows.dtype;
@@ -314,7 +323,8 @@ fn training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
 /// The training step with each row's weight `rho` `[B]` (f32), z-weights and LM terms (see
 /// [`HeadStep`]): the per-row losses `[B]` (unweighted) and the gradients of
 /// `sum_r rho[r] loss[r]` (plus the z-term), natively streamed for f32 inputs as compiled or
-/// bf16 ones where cuBLASLt runs them, else the materialized path.
+/// bf16 ones where cuBLASLt runs them, f16 inputs through the f32 impl (streamed there), else
+/// the materialized path.
 fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     op: &str,
     inputs: [CubeTensor<R>; 4],
@@ -371,6 +381,16 @@ fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
             predictions,
             token_stats,
         };
+    }
+    if !native && inputs[0].dtype == DType::F16 {
+        // The f32 impl on the inputs as f32: streamed at C > 32, dZ never rounded to f16.
+        return half::weighted_training_step::<R, F, I, BT>(
+            inputs,
+            (rho, z_weights, terms),
+            wanted,
+            kernels,
+            predict,
+        );
     }
     let [x, weight, bias, labels] = inputs;
     weighted_step::<CubeBackend<R, F, I, BT>>(

@@ -6,8 +6,11 @@
 //!   per-chunk dW and db.
 //! - [`mean`]: the batch mean of the losses (per row, or per cube of the small-C forwards).
 //! - [`columns`]: one column sum per cube (the bias gradient).
+//! - [`pairwise`]: the sum of a vector in the stock-op sums' pairwise order, in one launch
+//!   (the cross-entropy options' reductions).
 
 pub mod columns;
 pub mod mean;
+pub mod pairwise;
 pub mod partial_sum;
 pub mod tree;

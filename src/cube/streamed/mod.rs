@@ -28,7 +28,7 @@
 //! at the end, as is the loss.
 //!
 //! Memory beyond the inputs and the gradients: the chunk buffer (at most [`CHUNK_ELEMENTS`]
-//! floats, 192 MiB; [`LARGE_CHUNK_ELEMENTS`], 384 MiB, from C = 65536; one row of C floats
+//! floats, 256 MiB; [`LARGE_CHUNK_ELEMENTS`], 512 MiB, from C = 65536; one row of C floats
 //! where C alone exceeds that), the per-row losses
 //! (4 B bytes) and, on cuBLASLt, a vector of ones for db (4 x chunk rows bytes) and its
 //! workspace (32 MiB per device, allocated once); with TF32 there, X's chunk transposed (at
@@ -52,15 +52,19 @@ use crate::backend::{HeadGradients, HeadWanted};
 use crate::options::RowTerms;
 
 /// Elements of the chunk buffer `[rows, C]` at most below [`LARGE_VOCABULARY`] classes.
-/// Invariant of memory (the path's bound): 48 Mi floats, 192 MiB. Within it, larger chunks
-/// mean fewer passes over dW (each chunk reads and writes `[C, I]` once) and fewer host waits.
-pub(crate) const CHUNK_ELEMENTS: usize = 48 << 20;
-/// From this many classes, chunks of up to [`LARGE_CHUNK_ELEMENTS`]. Tuning: at C = 128256 the
-/// 48 Mi rule gives chunks of 384 rows, whose dW products (K = 384) barely amortise the
-/// read and write of a 2 GB dW.
+/// Invariant of memory (the path's bound): 64 Mi floats, 256 MiB. Within it, larger chunks
+/// mean fewer passes over dW (each chunk reads and writes the `[C, I]` accumulator once, in
+/// f32) and longer dW products (K = the chunk's rows). Tuning (one H200 lease, 2026-12-03,
+/// BENCHMARKS.md "Chunk budgets on one timeline"): 48 Mi gave (8192, 4096, 32000) 6 chunks of
+/// 1536 rows, 64 Mi gives 4 of 2048: the bf16 step 12.97 -> 12.01 ms, TF32 21.64 -> 21.13.
+pub(crate) const CHUNK_ELEMENTS: usize = 64 << 20;
+/// From this many classes, chunks of up to [`LARGE_CHUNK_ELEMENTS`]: below it, the rule of
+/// [`CHUNK_ELEMENTS`] already gives chunks of at least 1024 rows.
 const LARGE_VOCABULARY: usize = 65536;
-/// Invariant of memory at C >= [`LARGE_VOCABULARY`]: 96 Mi floats, 384 MiB.
-const LARGE_CHUNK_ELEMENTS: usize = 96 << 20;
+/// Invariant of memory at C >= [`LARGE_VOCABULARY`]: 128 Mi floats, 512 MiB. Tuning (same
+/// lease): at C = 128256, 96 Mi gave 11 chunks of 768 rows, 128 Mi gives 8 of 1024: bf16
+/// 53.62 -> 50.78 ms, TF32 96.37 -> 89.29.
+const LARGE_CHUNK_ELEMENTS: usize = 128 << 20;
 
 /// A chunk's rows are a multiple of this when it has more: cuBLASLt and the tiled kernels tile
 /// rows by 128. Tuning, never swept.
