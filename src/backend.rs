@@ -996,13 +996,13 @@ pub(crate) fn scaled<B: Backend>(dh: FloatTensor<B>, grad_loss: FloatTensor<B>) 
     prim(dh * g)
 }
 
-/// A float primitive as a tensor of rank `D`.
 /// [`FusedHeadBackend::head_sum`] in stock ops ([`pairwise::sum`]): its default, and the
 /// CubeCL backends' where the values are not f32.
 pub(crate) fn stock_sum<B: Backend>(values: FloatTensor<B>) -> FloatTensor<B> {
     prim(pairwise::sum(float::<B, 1>(values)))
 }
 
+/// A float primitive as a tensor of rank `D`.
 fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }

@@ -30,6 +30,15 @@ type RawF16 = Autodiff<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f16, 
 /// f16 tensors on the f32 default backend (the dtype of the tensors decides).
 type FusionF32 = Autodiff<burn::backend::Cuda>;
 
+/// One test of this file at a time: the ignored-rows tests read the process-wide count of
+/// streamed steps, which another test's steps would move.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Holds [`SERIAL`] (a failed test's poisoning does not stop the others).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// (B, I, C, chunk elements): C <= 32 (no streamed path); one chunk at C = 33; chunks of 13
 /// rows over a prime B at C = 1000; an odd I (each chunk's X rows start at a 2-byte offset)
 /// in chunks of 3 rows; the crate's own rule at C = 4099.
@@ -75,6 +84,7 @@ fn check<B: AutodiffBackend + FusedHeadBackend>(
 
 #[test]
 fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
+    let _serial = serial();
     let device = CudaDevice::default();
     for &shape in SHAPES {
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
@@ -90,6 +100,7 @@ fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
 /// for most classes, which a rounded dZ would zero.
 #[test]
 fn f16_training_step_is_within_the_f16_bound_of_the_f64_reference() {
+    let _serial = serial();
     let device = CudaDevice::default();
     for &shape in SHAPES.iter().chain(&[(4096, 32, 1000, 0)]) {
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
@@ -126,6 +137,7 @@ fn predictions_are_the_rows_argmax<B: FusedHeadBackend<Device = CudaDevice>>(
 
 #[test]
 fn f16_predictions_are_the_rows_argmax() {
+    let _serial = serial();
     predictions_are_the_rows_argmax::<FusionF16>(DType::F16, 4);
 }
 
@@ -146,6 +158,7 @@ fn bits(data: &HeadData, elements: usize) -> Vec<u64> {
 
 #[test]
 fn bf16_gives_the_same_bits_on_every_call() {
+    let _serial = serial();
     for &(batch, inputs, classes, elements) in &SHAPES[1..] {
         let data = HeadData::random(5, batch, inputs, classes).rounded_to(DType::BF16);
         let first = bits(&data, elements);
@@ -160,6 +173,7 @@ fn bf16_gives_the_same_bits_on_every_call() {
 
 #[test]
 fn bf16_predictions_are_the_rows_argmax() {
+    let _serial = serial();
     predictions_are_the_rows_argmax::<FusionBf16>(DType::BF16, 3);
 }
 
@@ -170,14 +184,18 @@ fn bf16_predictions_are_the_rows_argmax() {
 /// weights (on one GPU timeline).
 #[test]
 fn bf16_ignored_rows_give_the_step_of_the_rows_kept() {
+    let _serial = serial();
     ignored_rows_give_the_step_of_the_rows_kept::<FusionBf16>(DType::BF16);
 }
 
-/// The same in f16, under the f16 bound: C > 32 runs the f32 impl's streamed path on the inputs
-/// cast up (on one GPU timeline), with its row weights.
+/// The same in f16, under the f16 bound, on `Cuda<f16>` and as f16 tensors on `Cuda`: C > 32
+/// runs the f32 impl's streamed path on the inputs cast up (on one GPU timeline), with its row
+/// weights.
 #[test]
 fn f16_ignored_rows_give_the_step_of_the_rows_kept() {
+    let _serial = serial();
     ignored_rows_give_the_step_of_the_rows_kept::<FusionF16>(DType::F16);
+    ignored_rows_give_the_step_of_the_rows_kept::<FusionF32>(DType::F16);
 }
 
 /// [`bf16_ignored_rows_give_the_step_of_the_rows_kept`] on `B` in `dtype`.
@@ -212,8 +230,7 @@ fn ignored_rows_give_the_step_of_the_rows_kept<
         });
         let context = format!("{dtype:?} ignored rows, B={batch} I={inputs} C={classes}");
         if classes > 32 {
-            // Other tests of this process may run steps meanwhile: this can only miss a
-            // materialized step, never flag a streamed one.
+            // The tests of this file run one at a time (`serial`).
             assert!(
                 burn_fused_head::testing::one_timeline_steps() > before,
                 "{context}: the step ran on the streamed path, on one GPU timeline"

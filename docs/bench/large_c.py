@@ -186,7 +186,7 @@ def chunks(path, rule="50331648,100663296"):
         rows = chunk_rows(b, c, budget)
         count = -(-b // rows)
         name = "bf16" if "--bf16" in words else "TF32" if "--tf32" in words else "f32"
-        said = f"{budget} ({budget / 2**20:.1f} Mi)" + ("" if given else ", the rule")
+        said = f"{budget} ({budget / 2**20:.1f} Mi)" + ("" if given else ", that build's rule")
         backend = "fusion" if "--fusion" in words else "raw"
         print(f"| {b}, {i}, {c} | {name} | {backend} | {said} | {rows} ({count}) | {run['step']:.2f} | {run['back']:.2f} | {run.get('extra', 'not recorded')} |")
 

@@ -9,9 +9,10 @@
 //! every C (it keeps no dH), and the step never makes the f16 copy of dZ that bf16's native
 //! path makes (bf16 has f32's exponent range). `head_forward` called directly on f16 tensors
 //! does return dH rounded to f16, as its contract says. With row weights (loss options, LM
-//! terms), f16 inputs take the same route ([`weighted_training_step`]): the f32 impl's
+//! terms), f16 inputs take the same route ([`weighted_training_step`]): the f32 impl, its
 //! streamed path at C > 32. (Until 2026-12-03 they took the materialized path, holding Z
-//! `[B, C]`.)
+//! `[B, C]`; so did bf16 inputs with row weights where cuBLASLt does not run, which now take
+//! the f32 impl as bf16 does without them.)
 //!
 //! - The training step at C > 32 (`head_step`, with or without predictions) on
 //!   bf16 inputs runs natively where cuBLASLt loads (f16 inputs: below): the streamed path with products on bf16
@@ -75,39 +76,34 @@ pub(super) fn loss_and_gradients<
     I: IntElement,
     BT: BoolElement,
 >(
-    [x, weight, bias, labels]: [CubeTensor<R>; 4],
+    inputs: [CubeTensor<R>; 4],
     wanted: HeadWanted,
     kernels: KernelOptions,
     predict: bool,
 ) -> super::streamed::LossAndGradients<R, F, I, BT> {
-    let dtype = x.dtype;
-    let kernels = for_f32(kernels, dtype);
-    let (x, weight, bias) = (up(x), up(weight), up(bias));
+    let dtype = inputs[0].dtype;
     let step = HeadStep::loss()
         .with_wanted(wanted)
         .with_predictions(predict);
-    let out = Full::<R, I, BT>::head_step(x, weight, bias, labels, step, kernels);
-    let loss = cast(out.loss, dtype);
-    (loss, grads_to(out.gradients, dtype), out.predictions, None)
+    let out = step_in_f32::<R, F, I, BT>(inputs, step, kernels);
+    (cast(out.loss, dtype), out.gradients, out.predictions, None)
 }
 
-/// `head_step` with row weights `rho`, z-weights and LM `terms` (f16 inputs) of the f32 impl
-/// on X, W and b as f32: the per-row losses and the statistics in f32 as the f32 impl gives
-/// them (the sums' dtype of every float input but f64), the gradients rounded to X's dtype.
+/// `head_step` with row weights `rho`, z-weights and LM `terms` of the f32 impl on X, W and b
+/// as f32: the per-row losses and the statistics in f32 as the f32 impl gives them (the sums'
+/// dtype of every float input but f64), the gradients rounded to X's dtype.
 pub(super) fn weighted_training_step<
     R: CubeRuntime,
     F: FloatElement,
     I: IntElement,
     BT: BoolElement,
 >(
-    [x, weight, bias, labels]: [CubeTensor<R>; 4],
+    inputs: [CubeTensor<R>; 4],
     (rho, z_weights, terms): (CubeTensor<R>, Option<CubeTensor<R>>, RowTerms),
     wanted: HeadWanted,
     kernels: KernelOptions,
     predict: bool,
 ) -> HeadStepOutput<CubeBackend<R, F, I, BT>> {
-    let dtype = x.dtype;
-    let kernels = for_f32(kernels, dtype);
     let mut step = HeadStep::loss()
         .with_wanted(wanted)
         .with_predictions(predict)
@@ -116,6 +112,18 @@ pub(super) fn weighted_training_step<
     if let Some(z) = z_weights {
         step = step.with_z_weights(z);
     }
+    step_in_f32::<R, F, I, BT>(inputs, step, kernels)
+}
+
+/// `step` of the f32 impl on X, W and b as f32 (exact products for inputs that are not f32):
+/// its loss, predictions and statistics as it gives them, the gradients rounded to X's dtype.
+fn step_in_f32<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    [x, weight, bias, labels]: [CubeTensor<R>; 4],
+    step: HeadStep<Full<R, I, BT>>,
+    kernels: KernelOptions,
+) -> HeadStepOutput<CubeBackend<R, F, I, BT>> {
+    let dtype = x.dtype;
+    let kernels = for_f32(kernels, dtype);
     let out = Full::<R, I, BT>::head_step(up(x), up(weight), up(bias), labels, step, kernels);
     HeadStepOutput {
         loss: out.loss,

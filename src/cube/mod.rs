@@ -323,8 +323,8 @@ fn training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
 /// The training step with each row's weight `rho` `[B]` (f32), z-weights and LM terms (see
 /// [`HeadStep`]): the per-row losses `[B]` (unweighted) and the gradients of
 /// `sum_r rho[r] loss[r]` (plus the z-term), natively streamed for f32 inputs as compiled or
-/// bf16 ones where cuBLASLt runs them, f16 inputs through the f32 impl (streamed there), else
-/// the materialized path.
+/// bf16 ones where cuBLASLt runs them, other inputs (f16 always) through the f32 impl, which
+/// streams them; the materialized path where nothing streams (C <= 32, an empty product).
 fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     op: &str,
     inputs: [CubeTensor<R>; 4],
@@ -382,8 +382,9 @@ fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
             token_stats,
         };
     }
-    if !native && inputs[0].dtype == DType::F16 {
-        // The f32 impl on the inputs as f32: streamed at C > 32, dZ never rounded to f16.
+    if !native {
+        // The f32 impl on the inputs as f32 (f16's dZ never rounded to f16), streamed at
+        // C > 32, as the step without row weights (`other_dtype_step`).
         return half::weighted_training_step::<R, F, I, BT>(
             inputs,
             (rho, z_weights, terms),

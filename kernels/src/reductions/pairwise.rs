@@ -7,7 +7,9 @@
 //! length carrying its last element to the next level, until one is left: `ceil(log2 n)`
 //! levels of single f32 additions, so the bits are those of the stock ops on every backend.
 //! One cube: the values are copied to the scratch, each level is computed in place there
-//! (unit u takes k = u, u + CUBE_DIM, ...) and `sync_cube` separates the levels. In place is
+//! (unit u takes k = u, u + CUBE_DIM, ...) and `sync_storage` separates the levels (the
+//! scratch is global memory: `sync_cube` orders only shared memory on Vulkan and WebGPU;
+//! both are `__syncthreads` on CUDA). In place is
 //! safe: a level writes indices below `half` only, each index by the one unit that reads it,
 //! and reads the upper half, which nobody writes; the odd carry writes index `half`, which
 //! only the unit of k = 0 reads, after that unit's own pair.
@@ -25,7 +27,7 @@ pub fn pairwise_sum<F: Float>(values: &Tensor<F>, scratch: &mut Tensor<F>, out: 
         scratch[k] = values[k];
         k += stride;
     }
-    sync_cube();
+    sync_storage();
 
     while n > 1 {
         let half = n / 2;
@@ -38,7 +40,7 @@ pub fn pairwise_sum<F: Float>(values: &Tensor<F>, scratch: &mut Tensor<F>, out: 
             scratch[half] = scratch[2 * half];
         }
         // Every unit must see this level before the next reads it.
-        sync_cube();
+        sync_storage();
         n = half + n % 2;
     }
     if unit == 0 {
