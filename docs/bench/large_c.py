@@ -5,6 +5,7 @@
     python3 docs/bench/large_c.py table docs/bench/DATE-large-c.csv
     python3 docs/bench/large_c.py routes docs/bench/DATE-routes.csv
     python3 docs/bench/large_c.py before docs/bench/DATE-online-softmax.csv
+    python3 docs/bench/large_c.py readme docs/bench/DATE-large-c.csv
     python3 docs/bench/large_c.py chunks docs/bench/DATE-chunks-profile.log
     python3 docs/bench/large_c.py terms docs/bench/DATE-chunks-profile.log
 
@@ -13,10 +14,12 @@
 peers_bench.py `--csv`), and writes the rows in the columns
 `B,I,C,contender,precision,activation,step_ms,extra_mib`. Ours: contender `ours` (the default
 `Cuda` backend, fusion on, one GPU timeline) and `ours-host-ordered` (the same with the two
-streams ordered from the host, `--host-ordered`); step_ms is the median synced step, extra_mib
+streams ordered from the host, `--host-ordered`), `ours-raw` (the raw `CubeBackend`, fusion
+off: a header that lists the run's whole command line, `--phases` included, without
+`--fusion`; older logs' headers list the shape and precision only, and ran with `--fusion`); step_ms is the median synced step, extra_mib
 the streamed path's peak bytes in use in CubeCL's pool beyond the inputs and the gradients
 (cuBLASLt's 32 MiB workspace, allocated once per device outside that pool, is not in it; blank
-where the streamed path did not run). `ours-dw-as-stored` is `ours` with TF32 dW from X as stored
+where the streamed path did not run). A configuration run twice keeps its first run. `ours-dw-as-stored` is `ours` with TF32 dW from X as stored
 (`--dw-as-stored`).
 
 A header may end in a build's name (a lease that ran builds side by side): `old` is the build
@@ -29,6 +32,10 @@ before the commit) that fetched the addresses one server round trip each
 (any activation: Liger and CCE have no ReLU) and the ratio. `routes` prints ours on one GPU
 timeline beside the host-ordered route and the TF32 dW layout as stored. `before` prints
 the three builds side by side.
+
+`readme` prints the README's table: ours (ReLU in f32 and TF32, the identity in bf16), each
+peer with ReLU and without, "not run" where the peers' script has no such row, "fails (1)"
+for CCE outside bf16 (its backward refuses them).
 
 `chunks` and `terms` read a profile log itself (its configurations have no column in the
 CSV): `chunks` prints each run without LM terms with its chunk budget (`--chunk N`, else the
@@ -61,6 +68,8 @@ def ours_rows(profile_log):
                 "C": words[2],
                 "contender": build
                 if build
+                else "ours-raw"
+                if "--phases" in flags and "--fusion" not in flags
                 else "ours-host-ordered"
                 if "--host-ordered" in flags
                 else "ours-dw-as-stored"
@@ -87,8 +96,13 @@ def ours_rows(profile_log):
 def write_csv(lease):
     out = csv.DictWriter(sys.stdout, COLUMNS, lineterminator="\n")
     out.writeheader()
+    seen = set()
     for row in ours_rows(f"{lease}/profile.log"):
-        out.writerow(row)
+        # The first run of a configuration (the one with `--memory`, in the leases' order).
+        key = tuple(row[k] for k in COLUMNS[:6])
+        if key not in seen:
+            seen.add(key)
+            out.writerow(row)
     if os.path.exists(f"{lease}/peers.csv"):
         for row in csv.DictReader(open(f"{lease}/peers.csv")):
             out.writerow({k: row[k] for k in COLUMNS})
@@ -145,6 +159,32 @@ def before(path):
         name = "TF32" if precision == "tf32" else precision
         old, mid, new = of["ours-423c3a5"], of["ours-per-buffer-fetch"], of["ours"]
         print(f"| {b}, {i}, {c} | {name} ({activation}) | {old:.2f} | {mid:.2f} | {new:.2f} | {old - new:.2f} |")
+
+
+def readme(path):
+    """The README's table: ours, then each peer with ReLU / without, from one lease's CSV."""
+    rows = list(csv.DictReader(open(path)))
+    of = {(r["B"], r["I"], r["C"], r["contender"], r["precision"], r["activation"]): r["step_ms"] for r in rows}
+    shapes = dict.fromkeys((r["B"], r["I"], r["C"]) for r in rows if r["contender"] == "ours")
+    print("| B, I, C | precision | ours | torch, ReLU / none | torch.compile, ReLU / none | Liger | CCE |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+
+    def cell(key):
+        v = of.get(key)
+        return "not run" if not v else f"{float(v):.2f}" if float(v) < 10 else f"{float(v):.1f}"
+
+    for b, i, c in shapes:
+        first = True
+        for precision in ("f32", "tf32", "bf16"):
+            activation = "identity" if precision == "bf16" else "relu"
+            if (b, i, c, "ours", precision, activation) not in of:
+                continue
+            pair = lambda who: f"{cell((b, i, c, who, precision, 'relu'))} / {cell((b, i, c, who, precision, 'identity'))}"
+            cce = "fails (1)" if precision != "bf16" else cell((b, i, c, "cce", precision, "identity"))
+            name = "TF32" if precision == "tf32" else precision
+            head = f"{b}, {i}, {c}" if first else ""
+            first = False
+            print(f"| {head} | {name} | {cell((b, i, c, 'ours', precision, activation))} | {pair('torch')} | {pair('torch-compile')} | {cell((b, i, c, 'liger', precision, 'identity'))} | {cce} |")
 
 
 def profile_runs(path):
@@ -214,5 +254,5 @@ def terms(path):
 
 
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "readme": readme}
     modes[sys.argv[1]](*sys.argv[2:])
