@@ -380,7 +380,12 @@ fn head_sum_is_the_pairwise_order_bit_for_bit() {
         )));
         let got = got.into_data().convert::<f32>().to_vec::<f32>().unwrap();
         assert_eq!(got.len(), 1, "n = {n}");
-        assert_eq!(got[0].to_bits(), want.to_bits(), "n = {n}: {} against {want}", got[0]);
+        assert_eq!(
+            got[0].to_bits(),
+            want.to_bits(),
+            "n = {n}: {} against {want}",
+            got[0]
+        );
         if n > 3 {
             v[n / 3] = f32::NAN;
             let t = Tensor::<B, 1>::from_data(TensorData::new(v, [n]), (device, DType::F32));
