@@ -341,18 +341,7 @@ fn mean_is_the_pairwise_tree<R: burn_cubecl::CubeRuntime>(device: &R::Device) {
     use burn::tensor::{Tensor, TensorPrimitive};
     use burn_cubecl::kernel::reduce::{KernelReduceStrategy, SumStrategy, sum_fallback};
     type B<R> = burn_cubecl::CubeBackend<R, f32, i32, u32>;
-    /// The host's f32 pairwise tree, the order of `pairwise::sum_dim`.
-    fn tree(mut v: Vec<f32>) -> f32 {
-        while v.len() > 1 {
-            let half = v.len() / 2;
-            let mut next: Vec<f32> = (0..half).map(|k| v[k] + v[k + half]).collect();
-            if v.len() % 2 == 1 {
-                next.push(v[2 * half]);
-            }
-            v = next;
-        }
-        v.first().copied().unwrap_or(0.0)
-    }
+    use common::pairwise_tree as tree;
     for (smoothing, chunk) in [(None, Some(1500)), (Some(0.1), None)] {
         let data = data(301, 24, 300);
         let weights: Vec<f32> = (0..300).map(|c| 0.25 + (c % 7) as f32 * 0.3).collect();

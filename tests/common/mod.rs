@@ -417,3 +417,18 @@ pub fn terms_formula(data: &HeadData, loss: &HeadOptions, upstream: &[f64]) -> O
         entropy: to_f64(entropy.squeeze_dim::<1>(1)),
     }
 }
+
+/// The sum of `v` in the crate's fixed pairwise order (`pairwise::sum_dim`,
+/// `FusedHeadBackend::head_sum`), written out on the host: element k of the first half plus
+/// element k of the second, an odd length carrying its last element; 0 for no element.
+pub fn pairwise_tree(mut v: Vec<f32>) -> f32 {
+    while v.len() > 1 {
+        let half = v.len() / 2;
+        let mut next: Vec<f32> = (0..half).map(|k| v[k] + v[k + half]).collect();
+        if v.len() % 2 == 1 {
+            next.push(v[2 * half]);
+        }
+        v = next;
+    }
+    v.first().copied().unwrap_or(0.0)
+}

@@ -352,33 +352,21 @@ fn random_options_match_pytorch() {
 #[test]
 fn head_sum_is_the_pairwise_order_bit_for_bit() {
     use burn::tensor::TensorPrimitive;
-    /// The order, written out: element k of the first half plus element k of the second.
-    fn host(mut v: Vec<f32>) -> f32 {
-        if v.is_empty() {
-            return 0.0;
-        }
-        while v.len() > 1 {
-            let half = v.len() / 2;
-            let mut next: Vec<f32> = (0..half).map(|k| v[k] + v[k + half]).collect();
-            if v.len() % 2 == 1 {
-                next.push(v[2 * half]);
-            }
-            v = next;
-        }
-        v[0]
-    }
     let device = &device();
+    let head_sum = |v: Vec<f32>| {
+        let n = v.len();
+        let t = Tensor::<B, 1>::from_data(TensorData::new(v, [n]), (device, DType::F32));
+        let sum = B::head_sum(t.into_primitive().tensor());
+        let sum = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sum));
+        sum.into_data().convert::<f32>().to_vec::<f32>().unwrap()
+    };
     for n in [0usize, 1, 2, 3, 7, 255, 256, 257, 1000, 8193] {
         // Magnitudes from 1e-4 to 1e4: the sum depends on the order.
         let mut v: Vec<f32> = (0..n)
             .map(|k| ((k * 7919 % 997) as f32 - 498.0) * 10f32.powi((k % 9) as i32 - 4))
             .collect();
-        let want = host(v.clone());
-        let t = Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [n]), (device, DType::F32));
-        let got = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::head_sum(
-            t.into_primitive().tensor(),
-        )));
-        let got = got.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+        let want = common::pairwise_tree(v.clone());
+        let got = head_sum(v.clone());
         assert_eq!(got.len(), 1, "n = {n}");
         assert_eq!(
             got[0].to_bits(),
@@ -388,11 +376,7 @@ fn head_sum_is_the_pairwise_order_bit_for_bit() {
         );
         if n > 3 {
             v[n / 3] = f32::NAN;
-            let t = Tensor::<B, 1>::from_data(TensorData::new(v, [n]), (device, DType::F32));
-            let got = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::head_sum(
-                t.into_primitive().tensor(),
-            )));
-            let got = got.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+            let got = head_sum(v);
             assert!(got[0].is_nan(), "n = {n}: a NaN gives {}", got[0]);
         }
     }
