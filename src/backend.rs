@@ -259,7 +259,7 @@ pub trait FusedHeadBackend: Backend {
     /// forward pass ([`head_step`](Self::head_step) with the tracked inputs' gradients) rather
     /// than keep Z and dH for a backward pass. [`Autodiff`](burn::backend::Autodiff) asks this
     /// to choose. The default (stock ops) is false; the CubeCL backends say true for C > 32,
-    /// where they stream the batch in chunks of rows and never hold a `[B, C]` tensor.
+    /// where they stream the batch in chunks of rows and never hold an f32 `[B, C]` tensor.
     fn head_gradients_in_forward(batch: usize, inputs: usize, classes: usize) -> bool {
         let _ = (batch, inputs, classes);
         false

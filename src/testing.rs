@@ -39,6 +39,20 @@ pub fn host_ordered<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// How many streamed steps of this process kept dZ for the whole batch and ran dX and dW as one
+/// product each (bf16 with dW wanted and `B <= 2 I`, on cuBLASLt); 0 elsewhere.
+pub fn whole_batch_dz_steps() -> u64 {
+    #[cfg(feature = "cube")]
+    {
+        let steps = &crate::cube::streamed::routes::SWITCHES.whole_batch;
+        steps.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        0
+    }
+}
+
 /// How many streamed steps of this process ran on one GPU timeline (CUDA with cuBLASLt, the
 /// row kernel on cuBLASLt's stream); 0 elsewhere.
 pub fn one_timeline_steps() -> u64 {

@@ -40,14 +40,21 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// (B, I, C, chunk elements): C <= 32 (no streamed path); one chunk at C = 33; chunks of 13
-/// rows over a prime B at C = 1000; an odd I (each chunk's X rows start at a 2-byte offset)
-/// in chunks of 3 rows; the crate's own rule at C = 4099.
+/// rows over a prime B at C = 1000 and 1002; an odd I (each chunk's X rows start at a 2-byte
+/// offset) in chunks of 3 rows; the crate's own rule at C = 4099; C = 65540 (cubes of 1024
+/// units) in one chunk. The row kernel reads 4 classes at a time at C = 1000, 260 and 65540,
+/// 2 at C = 1002 and 130, 1 at 33, 257 and 4099. In bf16, `B <= 2 I` (C = 33, 257, 260, 130,
+/// 4099, 65540) keeps dZ for the whole batch, in several chunks at C = 257, 260 and 130.
 const SHAPES: &[(usize, usize, usize, usize)] = &[
     (67, 24, 10, 0),
     (67, 40, 33, 0),
     (131, 64, 1000, 1000 * 13),
+    (131, 64, 1002, 1002 * 13),
     (61, 37, 257, 257 * 3),
+    (61, 37, 260, 260 * 3),
+    (61, 40, 130, 130 * 7),
     (256, 128, 4099, 0),
+    (3, 8, 65540, 0),
 ];
 
 /// Loss and gradients of `scale * head` in `dtype` on `B` against the f64 reference on the same
@@ -87,10 +94,23 @@ fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
     let _serial = serial();
     let device = CudaDevice::default();
     for &shape in SHAPES {
+        let whole = burn_fused_head::testing::whole_batch_dz_steps();
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
             check::<FusionBf16>(&device, DType::BF16, shape, activation, 1.0);
         }
         check::<RawBf16>(&device, DType::BF16, shape, HeadActivation::Relu, 0.5);
+        // The tests of this file run one at a time (`serial`): the count is these calls'.
+        let (batch, inputs, classes, _) = shape;
+        let kept = burn_fused_head::testing::whole_batch_dz_steps() - whole;
+        let expected = if classes > 32 && batch <= 2 * inputs {
+            3
+        } else {
+            0
+        };
+        assert_eq!(
+            kept, expected,
+            "{shape:?}: steps that kept the whole batch's dZ"
+        );
     }
 }
 

@@ -1,5 +1,5 @@
 //! The streamed large-C path (C > 32 on the CubeCL backends): the loss and the gradients in one
-//! pass over the batch, chunk by chunk, with no `[B, C]` tensor. Gated against the independent
+//! pass over the batch, chunk by chunk, with no f32 `[B, C]` tensor. Gated against the independent
 //! reference (stock Burn ops on NdArray, f64) and against the same backend's six stages, over
 //! shapes that cross every chunk switch (chunks of one row, ragged last chunks, a prime B,
 //! chunks of 128 rows, one chunk), with the numerical hazards (logits near 1e4, dead rows,
@@ -24,7 +24,9 @@ use common::*;
 
 /// (B, I, C, chunk elements): chunks of one row; of 3 rows with a ragged last (7 = 3 + 3 + 1);
 /// a prime B in chunks of 13 rows; chunks of 128 rows (200 fit; the rule rounds down) and a
-/// ragged 3; chunks of 5 rows over a K of 140; one chunk (the rule); exactly one full chunk.
+/// ragged 3; chunks of 5 rows over a K of 140; one chunk (the rule); exactly one full chunk;
+/// C = 130 (the row kernel reads 2 classes at a time, 4 at C = 40, 100, 1000, 1 at 33, 129,
+/// 257) in chunks of 13 rows; C = 65540 (cubes of 1024 units on CUDA) in one chunk.
 const SHAPES: &[(usize, usize, usize, usize)] = &[
     (2, 5, 33, 1),
     (7, 13, 33, 33 * 3),
@@ -33,6 +35,8 @@ const SHAPES: &[(usize, usize, usize, usize)] = &[
     (257, 140, 40, 40 * 5),
     (601, 37, 257, 0),
     (64, 258, 100, 100 * 64),
+    (97, 40, 130, 130 * 13),
+    (3, 8, 65540, 0),
 ];
 
 /// The op's loss and gradients, read back as f64 (`None` where not returned).
@@ -203,8 +207,19 @@ mod one_timeline {
     }
 
     fn same_bits<B: FusedHeadBackend>(device: &B::Device) {
-        // B = 97 in chunks of 13 rows (7 full, a ragged 6), C = 129.
-        let (batch, inputs, classes) = (97, 40, 129);
+        // B = 97 in chunks of 13 rows (7 full, a ragged 6), C = 129 (rows read one element at
+        // a time); B = 61 <= 2 I, C = 130 (two at a time): bf16 keeps dZ for the whole batch.
+        for (batch, inputs, classes) in [(97, 40, 129), (61, 40, 130)] {
+            same_bits_at::<B>(device, batch, inputs, classes);
+        }
+    }
+
+    fn same_bits_at<B: FusedHeadBackend>(
+        device: &B::Device,
+        batch: usize,
+        inputs: usize,
+        classes: usize,
+    ) {
         let data = HeadData::random(811, batch, inputs, classes);
         // The same rows with one ignored.
         let mut ignoring = data.clone();
@@ -252,6 +267,7 @@ mod one_timeline {
                     .with_precision(precision)
                     .with_chunk_elements(Some(classes * 13));
                 let before = burn_fused_head::testing::one_timeline_steps();
+                let whole_before = burn_fused_head::testing::whole_batch_dz_steps();
                 let one = outputs::<B>(device, data, &options, dtype);
                 assert!(
                     burn_fused_head::testing::one_timeline_steps() > before,
@@ -260,6 +276,15 @@ mod one_timeline {
                 let host = burn_fused_head::testing::host_ordered(|| {
                     outputs::<B>(device, data, &options, dtype)
                 });
+                // Two tracked calls, one per route (the count does not say which route); the
+                // tests of this binary may run at once, so at least these.
+                let whole = burn_fused_head::testing::whole_batch_dz_steps() - whole_before;
+                if dtype == DType::BF16 && batch <= 2 * inputs {
+                    assert!(
+                        whole >= 2,
+                        "B={batch}: the tracked calls kept the whole batch's dZ"
+                    );
+                }
                 for ((name, a), b) in names.iter().zip(&one).zip(&host) {
                     // Equal bits (f32 and bf16 are exact in f64; NaN equals NaN here).
                     let differ = a

@@ -8,6 +8,7 @@
     python3 docs/bench/large_c.py readme docs/bench/DATE-large-c.csv
     python3 docs/bench/large_c.py chunks docs/bench/DATE-chunks-profile.log
     python3 docs/bench/large_c.py terms docs/bench/DATE-chunks-profile.log
+    python3 docs/bench/large_c.py builds docs/bench/DATE-night-builds-profile.log [BINARY=LABEL,..]
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -36,6 +37,10 @@ the three builds side by side.
 `readme` prints the README's table: ours (ReLU in f32 and TF32, the identity in bf16), each
 peer with ReLU and without, "not run" where the peers' script has no such row, "fails (1)"
 for CCE outside bf16 (its backward refuses them).
+
+`builds` reads a profile log of builds run side by side in one lease (each header starts with
+the binary that ran it): per configuration, each build's steps (one sync, every repeat), and
+the ratio of the last build's best to the first's.
 
 `chunks` and `terms` read a profile log itself (its configurations have no column in the
 CSV): `chunks` prints each run without LM terms with its chunk budget (`--chunk N`, else the
@@ -253,6 +258,30 @@ def terms(path):
         print(f"| {'`Cuda<bf16>` (fusion)' if fusion else 'raw `CubeBackend`'} | none (plain) | {step:.2f} | | 1 |")
 
 
+def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector row kernel,bin-profile=both"):
+    """Builds run side by side in one lease: each header starts with the binary that ran."""
+    label = dict(kv.split("=", 1) for kv in names.split(","))
+    runs = {}
+    for line in open(path):
+        if line.startswith("=== "):
+            words = line.split()[1:]
+            binary = words[0].rsplit("/", 1)[-1]
+            config = " ".join(w for w in words[1:] if w not in ("20", "--fusion", "--phases"))
+            current = runs.setdefault(config, {}).setdefault(binary, [])
+        elif line.startswith("medians"):
+            current.append(float(re.search(r"step \(one sync\) ([\d.]+)", line)[1]))
+    order = list(label)
+    print("| configuration (`Cuda`, fusion on) | " + " | ".join(label[b] for b in order) + " | last / first |")
+    print("|---|" + "---:|" * (len(order) + 1))
+    for config, of in runs.items():
+        present = [b for b in order if of.get(b)]
+        if not present:
+            continue  # runs without steps timed (`--memory` alone)
+        cells = [" / ".join(f"{v:.2f}" for v in of[b]) if of.get(b) else "not run" for b in order]
+        first, last = min(of[present[0]]), min(of[present[-1]])
+        print(f"| {config} | " + " | ".join(cells) + f" | {last / first:.3f} |")
+
+
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "readme": readme}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "readme": readme, "builds": builds}
     modes[sys.argv[1]](*sys.argv[2:])

@@ -1,5 +1,6 @@
 //! The streamed large-C path's kernels: what runs on one chunk of rows between its products,
-//! in place on the chunk's product `P = X[rows] W^T` (no [B, C] tensor exists on this path).
+//! in place on the chunk's product `P = X[rows] W^T` (no f32 [B, C] tensor exists on this path;
+//! bf16's whole-batch mode keeps only its rounded dZ for every row).
 //!
 //! - [`streamed_rows`]: per row, `Z = P + b`, `H = act(Z)`, the loss (the algebra of
 //!   [`crate::softmax_ce`]) and `dZ = act'(Z) (softmax(H) - onehot) / B` written over P: the
@@ -37,10 +38,11 @@ fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: boo
 
 /// Row `CUBE_POS` of a chunk `p` [n, C], rows `first..first + n` of a batch of `batch` rows:
 /// writes `loss[first + row]` and replaces the row of `p` with its dZ. One cube per row of
-/// `cube_units` units (a power of two); each unit takes a strided slice of the row. The row is
-/// read twice: once for the maximum and the sum of exponentials together (online softmax: each
-/// unit's sum rescaled whenever its maximum grows, the units' pairs merged by a fixed-order
-/// tree), once for dZ. Cubes past n leave.
+/// `cube_units` units (a power of two); each unit takes a strided share of the row's vectors
+/// of `N` classes (`N` divides C: P, the bias and `dz_half` are read and written `N` elements
+/// at a time). The row is read twice: once for the maximum and the sum of exponentials
+/// together (online softmax: each unit's sum rescaled whenever its maximum grows, once per
+/// vector, the units' pairs merged by a fixed-order tree), once for dZ. Cubes past n leave.
 ///
 /// In place: the first read and the label's value come before the trees, whose barriers every
 /// unit passes before writing.
@@ -69,13 +71,13 @@ fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: boo
 /// value, and an argmax tree keeps the larger value, then the smaller class. The loss's tree
 /// is the same with or without it. Without, `predictions` is never touched.
 #[cube(launch_unchecked)]
-pub fn streamed_rows<F: Float, E: Float, L: Int>(
-    p: &mut Tensor<F>,
-    bias: &Tensor<E>,
+pub fn streamed_rows<F: Float, E: Float, L: Int, N: Size>(
+    p: &mut Tensor<Vector<F, N>>,
+    bias: &Tensor<Vector<E, N>>,
     labels: &Tensor<L>,
     loss: &mut Tensor<F>,
     predictions: &mut Tensor<L>,
-    dz_half: &mut Tensor<E>,
+    dz_half: &mut Tensor<Vector<E, N>>,
     row_weights: &Tensor<F>,
     z_weights: &Tensor<F>,
     lse: &mut Tensor<F>,
@@ -97,12 +99,13 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
 ) {
     let rows = p.shape(0);
     let classes = p.shape(1);
+    let vectors = classes / N::value();
     let row = CUBE_POS;
     // Uniform over the cube: whole idle cubes leave before any barrier.
     if row >= rows {
         terminate!();
     }
-    let base = row * classes;
+    let base = row * vectors;
     let unit = UNIT_POS as usize;
     let stride = CUBE_DIM as usize;
     let mut smem = SharedMemory::<F>::new(cube_units);
@@ -111,23 +114,38 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
 
     // 1. One pass over the row (online softmax): each unit's maximum of H = cap(s act(P + b))
     //    over its classes and its sum of exponentials relative to that maximum, rescaled as
-    //    the maximum grows; with `predict`, also the first class of its largest V = s act(P + b).
+    //    the maximum grows (once per vector: the vector's largest H first); with `predict`,
+    //    also the first class of its largest V = s act(P + b).
     let mut m = F::min_value();
     let mut s = F::new(0.0);
     let mut best = F::min_value();
     let mut at = classes as u32; // none yet
     let mut j = unit;
-    while j < classes {
-        let v = activation::<F>(p[base + j] + F::cast_from(bias[j]), relu) * scale;
-        if predict {
-            let take = v > best || at == classes as u32;
-            best = select(take, v, best);
-            at = select(take, j as u32, at);
+    while j < vectors {
+        let (pv, bv) = (p[base + j], bias[j]);
+        let mut hv = Vector::<F, N>::empty().fill(F::new(0.0));
+        let mut top = F::min_value();
+        #[unroll]
+        for e in 0..N::value() {
+            let v = activation::<F>(pv[e] + F::cast_from(bv[e]), relu) * scale;
+            if predict {
+                let class = (j * N::value() + e) as u32;
+                let take = v > best || at == classes as u32;
+                best = select(take, v, best);
+                at = select(take, class, at);
+            }
+            let (h, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
+            hv[e] = h;
+            // A NaN H leaves the maximum (`max` skips it) and makes the sum NaN.
+            top = F::max(top, h);
         }
-        let (h, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
-        // A NaN H leaves the maximum (`max` skips it) and makes the sum NaN.
-        let grown = F::max(m, h);
-        s = s * F::exp(m - grown) + F::exp(h - grown);
+        let grown = F::max(m, top);
+        let mut added = F::new(0.0);
+        #[unroll]
+        for e in 0..N::value() {
+            added += F::exp(hv[e] - grown);
+        }
+        s = s * F::exp(m - grown) + added;
         m = grown;
         j += stride;
     }
@@ -135,7 +153,14 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
     // 2. The label, checked before it is ever used as an index, and its H, read before any
     //    unit can pass the trees below and overwrite the row.
     let (valid, target) = checked_label::<L>(labels[first + row], L::cast_from(classes));
-    let v = activation::<F>(p[base + target] + F::cast_from(bias[target]), relu) * scale;
+    let (pv, bv) = (p[base + target / N::value()], bias[target / N::value()]);
+    let mut raw = F::new(0.0);
+    #[unroll]
+    for e in 0..N::value() {
+        let here = target % N::value() == e;
+        raw = select(here, pv[e] + F::cast_from(bv[e]), raw);
+    }
+    let v = activation::<F>(raw, relu) * scale;
     let (picked, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
 
     // 3. The row's maximum m of H and denominator d = sum_j exp(H - m), and with `predict` its
@@ -181,27 +206,33 @@ pub fn streamed_rows<F: Float, E: Float, L: Int>(
     }
     let mut spread = F::new(0.0); // sum_c e_c (H_c - m), with `stats`
     let mut j = unit;
-    while j < classes {
-        let z = p[base + j] + F::cast_from(bias[j]);
-        let (h, slope) = capped::<F>(
-            activation::<F>(z, relu) * scale,
-            scale,
-            cap,
-            inv_cap,
-            softcap,
-        );
-        let e = F::exp(h - m);
-        let mut dh = softmax_grad::<F>(e * inv_d, j == target, valid, row_scale, nan);
-        if z_loss {
-            dh += z_scale * (e * inv_d);
+    while j < vectors {
+        let (pv, bv) = (p[base + j], bias[j]);
+        let mut dzv = Vector::<F, N>::empty().fill(F::new(0.0));
+        #[unroll]
+        for e in 0..N::value() {
+            let z = pv[e] + F::cast_from(bv[e]);
+            let (h, slope) = capped::<F>(
+                activation::<F>(z, relu) * scale,
+                scale,
+                cap,
+                inv_cap,
+                softcap,
+            );
+            let ex = F::exp(h - m);
+            let is_label = j * N::value() + e == target;
+            let mut dh = softmax_grad::<F>(ex * inv_d, is_label, valid, row_scale, nan);
+            if z_loss {
+                dh += z_scale * (ex * inv_d);
+            }
+            if stats {
+                spread += ex * (h - m);
+            }
+            dzv[e] = activation_grad::<F>(z, dh * slope, relu);
         }
-        if stats {
-            spread += e * (h - m);
-        }
-        let dz = activation_grad::<F>(z, dh * slope, relu);
-        p[base + j] = dz;
+        p[base + j] = dzv;
         if half {
-            dz_half[base + j] = E::cast_from(dz);
+            dz_half[base + j] = Vector::<E, N>::cast_from(dzv);
         }
         j += stride;
     }

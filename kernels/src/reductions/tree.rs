@@ -1,6 +1,7 @@
 //! Tree reductions over one cube's shared memory, used by the row and column reductions.
 //!
-//! Invariant: `CUBE_DIM` is a power of two (the host launches 256 units), and every unit of the
+//! Invariant: `CUBE_DIM` is a power of two (the host launches 256 units, or 1024 for the
+//! streamed row kernel's long rows on CUDA), and every unit of the
 //! cube has written its partial value to `smem[UNIT_POS]` before the call.
 
 use cubecl::{cube, prelude::*};

@@ -48,7 +48,9 @@ const TRANSPOSED_X_ELEMENTS: usize = 8 << 20;
 /// CubeCL (the inputs, the row kernel), enqueue the products of the previous chunk (dX, db as
 /// `dZ^T 1`, dW) and the logits of this one, and wait for them. One chunk buffer serves every
 /// chunk: on cuBLASLt's one stream, the previous chunk's dX and dW products read it before the
-/// next logits overwrite it.
+/// next logits overwrite it. In bf16's whole-batch mode ([`super::whole_batch_dz`]) a chunk's
+/// products are db alone, and dX and dW follow the last chunk ([`Products::finish`]) on
+/// either route.
 pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut Grads<R>) -> bool {
     let Some(x) = (chunk.x as &dyn Any).downcast_ref::<CubeTensor<CudaRuntime>>() else {
         return false;
@@ -143,6 +145,8 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         xt,
         inputs,
         classes,
+        whole: chunk.whole,
+        batch: chunk.batch,
         tf32,
         operand,
         size,
@@ -169,6 +173,12 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         }
         None => host_ordered_chunks(chunk, rows, &buffer, &products, &mut engine),
     }
+    #[cfg(feature = "testing")]
+    if chunk.whole {
+        super::routes::SWITCHES
+            .whole_batch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     true
 }
 
@@ -186,12 +196,52 @@ struct Products {
     xt: Option<u64>,
     inputs: usize,
     classes: usize,
+    /// The whole-batch dZ mode: `dz` is `[B, C]`, dX and dW run once in [`Products::finish`].
+    whole: bool,
+    batch: usize,
     tf32: bool,
     operand: Element,
     size: u64,
 }
 
 impl Products {
+    /// In the whole-batch mode, enqueues dX = dZ W and dW = dZ^T X over the whole batch, each
+    /// one product written in the inputs' type (f32 accumulation inside it); nothing
+    /// otherwise.
+    ///
+    /// # Safety
+    /// As [`Products::logits`], and every chunk's dZ is written.
+    unsafe fn finish(&self, engine: &mut Engine) {
+        if !self.whole {
+            return;
+        }
+        let (batch, inputs, classes) = (self.batch, self.inputs, self.classes);
+        let operand = self.operand;
+        // SAFETY: the caller's contract.
+        unsafe {
+            if let Some(dx) = self.dx {
+                let gemm =
+                    Gemm::input_gradient(batch, inputs, classes, false).typed(operand, operand);
+                engine.run(gemm, self.w, self.dz, dx, 0.0);
+            }
+            if let Some(dw) = self.dw {
+                let gemm =
+                    Gemm::weight_gradient(batch, inputs, classes, false).typed(operand, operand);
+                engine.run(gemm, self.x, self.dz, dw, 0.0);
+            }
+        }
+    }
+
+    /// The address of the row kernel's `dz_half` for rows `first..`: its base, or in the
+    /// whole-batch mode, row `first` of dZ's `[B, C]` copy.
+    fn dz_half_at(&self, dz_half: u64, first: usize) -> u64 {
+        if self.whole {
+            dz_half + (first * self.classes) as u64 * self.size
+        } else {
+            dz_half
+        }
+    }
+
     /// Enqueues `P = X[first..first + n] W^T`.
     ///
     /// # Safety
@@ -207,6 +257,7 @@ impl Products {
 
     /// Enqueues the wanted gradients' products of rows `first..first + n`, whose dZ is in the
     /// chunk buffer: dX's rows, then db and dW, written by the first chunk, added to after.
+    /// In the whole-batch mode, db alone ([`Products::finish`] runs dX and dW).
     ///
     /// # Safety
     /// As [`Products::logits`], and dZ is written.
@@ -214,6 +265,13 @@ impl Products {
         let (inputs, classes, tf32) = (self.inputs, self.classes, self.tf32);
         let operand = self.operand;
         let beta = if first == 0 { 0.0 } else { 1.0 };
+        if self.whole {
+            if let (Some(db), Some(ones)) = (self.db, self.ones) {
+                // SAFETY: the caller's contract.
+                unsafe { engine.run(Gemm::bias_gradient(n, classes), self.p, ones, db, beta) };
+            }
+            return;
+        }
         // SAFETY: the caller's contract.
         unsafe {
             if let Some(dx) = self.dx {
@@ -288,6 +346,13 @@ fn one_timeline<R: CubeRuntime>(
         let view = rows_view(buffer, n);
         let p = cuda(&view);
         let [b, l, loss, pred, dzh, rw, zw, lse, ent] = &fixed;
+        // In the whole-batch mode, the chunk's rows of dZ's [B, C] copy (its metadata that of
+        // the rows the kernel writes).
+        let dz_rows = if chunk.whole {
+            super::rows_at(&dzh.0, first * products.classes, n * products.classes)
+        } else {
+            dzh.0.clone()
+        };
         let arguments = on_stream::Arguments {
             tensors: [
                 (&p, products.p),
@@ -295,7 +360,7 @@ fn one_timeline<R: CubeRuntime>(
                 (&l.0, l.1),
                 (&loss.0, loss.1),
                 (&pred.0, pred.1),
-                (&dzh.0, dzh.1),
+                (&dz_rows, products.dz_half_at(dzh.1, first)),
                 (&rw.0, rw.1),
                 (&zw.0, zw.1),
                 (&lse.0, lse.1),
@@ -309,6 +374,7 @@ fn one_timeline<R: CubeRuntime>(
                 terms.softcap.unwrap_or(1.0),
                 terms.z_loss,
             ],
+            vector: super::row_vector(products.classes),
         };
         let mut info = on_stream::info(&arguments);
         let dynamic = (info.dynamic_offset < info.words.len()).then(|| {
@@ -341,6 +407,8 @@ fn one_timeline<R: CubeRuntime>(
         super::note_memory(&view);
         first += n;
     }
+    // SAFETY: as above; every chunk's dZ is queued before.
+    unsafe { products.finish(engine) };
     engine.synchronize();
 }
 
@@ -375,6 +443,8 @@ fn host_ordered_chunks<R: CubeRuntime>(
             previous = Some((first, n));
             first += n;
         } else {
+            // SAFETY: as above; every chunk's dZ is written (CubeCL's queue waited for).
+            unsafe { products.finish(engine) };
             engine.synchronize();
         }
     }
@@ -388,6 +458,11 @@ fn row_kernel<R: CubeRuntime>(
     engine: &Engine,
 ) -> Option<&'static on_stream::Loaded> {
     let switches = on_stream::Switches {
+        vector: super::row_vector(chunk.weight.shape()[0]),
+        units: super::row_units(
+            x.client.properties().hardware.max_units_per_cube,
+            chunk.weight.shape()[0],
+        ),
         relu: chunk.relu,
         predict: chunk.predict,
         half: chunk.half,

@@ -1,5 +1,7 @@
 //! The streamed path for C > 32: the loss and the gradients of a unit upstream gradient in one
-//! pass over the batch, chunk of rows by chunk of rows, with no `[B, C]` tensor in memory.
+//! pass over the batch, chunk of rows by chunk of rows, with no `[B, C]` f32 tensor in memory
+//! (bf16's whole-batch mode keeps dZ `[B, C]` in bf16, within the memory of the f32 dW it
+//! saves; see below).
 //!
 //! For each chunk of rows (in order, sized by [`chunk_rows`]):
 //! 1. `P = X[rows] W^T` into one chunk buffer `[rows, C]`;
@@ -8,7 +10,8 @@
 //!    (with the LM terms of [`Settings::terms`]: H scaled and capped, the z-term's gradient,
 //!    each row's log-sum-exp and entropy);
 //! 3. `dX[rows] = dZ W`, `dW (+)= dZ^T X[rows]` and `db (+)= column_sum(dZ)`, for the wanted
-//!    gradients only; the first chunk writes, the next ones add, in chunk order.
+//!    gradients only; the first chunk writes, the next ones add, in chunk order (bf16's
+//!    whole-batch mode: db alone, and dX and dW once after the last chunk).
 //!
 //! Then the batch mean of the per-row losses. Autodiff scales the gradients by the upstream
 //! gradient in its backward step (the loss is a scalar), so nothing `[B, C]` is kept for it.
@@ -25,7 +28,11 @@
 //! softmax, dW and db are f32; the row kernel also writes dZ rounded to the inputs' type (a
 //! second chunk buffer, half the size of P), the operand of the dX and dW products. dX comes
 //! out of its product in the inputs' type; dW and db are accumulated in f32 and rounded once
-//! at the end, as is the loss.
+//! at the end, as is the loss. Where dW is wanted and `B <= 2 I` ([`whole_batch_dz`]), the
+//! rounded dZ is kept for the whole batch (`[B, C]`, each chunk's rows at their place, the
+//! chunks at most [`WHOLE_CHUNK_ELEMENTS`]) and dX and dW are one product each after the
+//! chunks: dW's f32 accumulation happens inside its one product (K = B), which writes it in
+//! the inputs' type, in place of an f32 `[C, I]` read and written by every chunk.
 //!
 //! Memory beyond the inputs and the gradients: the chunk buffer (at most [`CHUNK_ELEMENTS`]
 //! floats, 256 MiB; [`LARGE_CHUNK_ELEMENTS`], 512 MiB, from C = 65536; one row of C floats
@@ -35,7 +42,8 @@
 //! most 32 MiB). The CubeCL products also hold one chunk's product output and, for
 //! dW, one `[C, I]` partial while it is added. bf16 inputs add the dZ copy (half the chunk
 //! buffer's bytes, where dX or dW is wanted) and dW and db in f32 (`4 C (I + 1)` bytes; while
-//! they are rounded at the end, their bf16 copies too).
+//! they are rounded at the end, their bf16 copies too); in the whole-batch mode, the `[B, C]`
+//! dZ copy (`2 B C` bytes, at most the `4 C I` of the f32 dW it replaces) and db in f32.
 
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{DType, Slice, TensorMetadata, bf16};
@@ -47,7 +55,10 @@ use cubecl::{CubeCount, CubeDim};
 
 use super::cubek_tf32::Product;
 use super::large_classes::tiled_matmul;
-use super::launch::{CUBE_UNITS, by_label_type, cast, contiguous, empty, empty_of, mean_of_parts};
+use super::launch::{
+    CUBE_UNITS, LIMITS, by_label_type, cast, contiguous, empty, empty_of, mean_of_parts,
+    vector_size,
+};
 use crate::backend::{HeadGradients, HeadWanted};
 use crate::options::RowTerms;
 
@@ -105,12 +116,15 @@ pub(crate) mod routes {
         pub dw_as_stored: AtomicBool,
         /// Steps that ran on one GPU timeline ([`crate::testing::one_timeline_steps`]).
         pub one_timeline: AtomicU64,
+        /// Steps in the whole-batch dZ mode ([`crate::testing::whole_batch_dz_steps`]).
+        pub whole_batch: AtomicU64,
     }
 
     pub(crate) static SWITCHES: Switches = Switches {
         host_ordered: AtomicBool::new(false),
         dw_as_stored: AtomicBool::new(false),
         one_timeline: AtomicU64::new(0),
+        whole_batch: AtomicU64::new(0),
     };
 }
 
@@ -121,6 +135,30 @@ fn note_memory<R: CubeRuntime>(like: &CubeTensor<R>) {
     peak::note(like);
     #[cfg(not(feature = "testing"))]
     let _ = like;
+}
+
+/// Invariant of memory in the whole-batch dZ mode ([`whole_batch_dz`]): 52 Mi floats, 208
+/// MiB of chunk buffer, so that with the 32 MiB cuBLASLt workspace they take 240 MiB, and the
+/// mode stays within issue 30's bound for f32 accumulation (`4 C I` bytes + 256 MiB: its
+/// `[B, C]` bf16 dZ is at most `4 C I` bytes where `B <= 2 I`), with 16 MiB left for the
+/// per-row and per-class vectors (`4 B` to `16 B` and `4 C` bytes, and a vector of ones).
+pub(crate) const WHOLE_CHUNK_ELEMENTS: usize = 52 << 20;
+
+/// Whether a step keeps dZ for the whole batch, in the inputs' half type, and runs dX and dW
+/// as one product each after the chunks (K = the batch for dW, accumulated in f32 inside the
+/// product and written once in the inputs' type), where per-chunk products would add every
+/// chunk's dW into an f32 accumulator through memory. Half inputs with dW wanted whose `[B, C]`
+/// dZ copy takes no more than that accumulator would (`2 B C <= 4 C I`, i.e. `B <= 2 I`) and
+/// is one tensor the kernels address (at most `u32::MAX` elements, [`LIMITS`]; else the
+/// chunks' products, which need no `[B, C]` tensor).
+pub(crate) fn whole_batch_dz(
+    half: bool,
+    weight_wanted: bool,
+    [batch, inputs, classes]: [usize; 3],
+) -> bool {
+    half && weight_wanted
+        && batch <= 2 * inputs
+        && batch.saturating_mul(classes) <= LIMITS.max_elements
 }
 
 /// Rows per chunk for a batch of `batch` rows and C = `classes`, with at most
@@ -219,22 +257,36 @@ pub(super) fn loss_and_gradients<
     );
     let [batch, inputs] = [x.shape()[0], x.shape()[1]];
     let classes = weight.shape()[0];
-    let rows = chunk_rows(batch, classes, chunk_elements);
     let dtype = x.dtype;
     let half = dtype != DType::F32;
+    let whole = whole_batch_dz(half, wanted.weight, [batch, inputs, classes]);
+    let budget = chunk_elements.or(whole.then_some(WHOLE_CHUNK_ELEMENTS));
+    let rows = chunk_rows(batch, classes, budget);
     let sums = DType::F32;
     let loss_rows = empty_of::<R>(&x, [batch], sums); // [B]
     // [B] of the labels' dtype, or one element the row kernel never writes.
     let predictions = empty::<R>(&labels, [if predict { batch } else { 1 }]);
-    // dZ in the inputs' type [rows, C] for the dX and dW products (bf16 inputs, where either
-    // is wanted), or one element the row kernel never writes.
+    // dZ in the inputs' type for the dX and dW products (bf16 inputs, where either is
+    // wanted): [rows, C], or [B, C] in the whole-batch mode; else one vector of the row
+    // kernel's width (a binding of its vector type) that it never writes.
     let copy = half && (wanted.x || wanted.weight);
-    let dz_half = empty::<R>(&x, [if copy { rows * classes } else { 1 }]);
+    let dz_rows = if whole { batch } else { rows };
+    let dz_half = empty::<R>(
+        &x,
+        [if copy {
+            dz_rows * classes
+        } else {
+            row_vector(classes)
+        }],
+    );
+    // dW [C, I]: accumulated in f32 chunk by chunk, or, in the whole-batch mode, written once
+    // by its product in the inputs' type.
+    let dw_type = if whole { dtype } else { sums };
     let mut grads = Grads {
         x: wanted.x.then(|| empty::<R>(&x, [batch, inputs])), // [B, I]
         weight: wanted
             .weight
-            .then(|| empty_of::<R>(&x, [classes, inputs], sums)), // [C, I]
+            .then(|| empty_of::<R>(&x, [classes, inputs], dw_type)), // [C, I]
         bias: wanted.bias.then(|| empty_of::<R>(&x, [classes], sums)), // [C]
     };
     // The rows' weights [B] (f32), or one element the row kernel never reads.
@@ -269,6 +321,7 @@ pub(super) fn loss_and_gradients<
         predict,
         dz_half: &dz_half,
         half: copy,
+        whole,
         row_weights: &row_weights,
         weighted,
         z_weights: &z_weights,
@@ -331,12 +384,16 @@ struct Chunk<'a, R: CubeRuntime> {
     /// `[B]` of the labels' dtype where `predict`, else one element never written.
     predictions: &'a CubeTensor<R>,
     predict: bool,
-    /// With `half`, a chunk's dZ rounded to the inputs' type (`[rows, C]` elements), else one
-    /// element never written.
+    /// With `half`, a chunk's dZ rounded to the inputs' type (`[rows, C]` elements; `[B, C]`
+    /// in the whole-batch mode, each chunk's rows at their place), else one vector never
+    /// written.
     dz_half: &'a CubeTensor<R>,
     /// bf16 inputs with dX or dW wanted: the row kernel also writes `dz_half`, the operand of
     /// those products. (P and the sums are f32 for bf16 inputs either way.)
     half: bool,
+    /// The whole-batch dZ mode ([`whole_batch_dz`]): `dz_half` holds `[B, C]`, each chunk's
+    /// rows at their place, and dX and dW are one product each after the chunks.
+    whole: bool,
     /// With `weighted`, each row's dZ scale `[B]` (f32), else one element never read.
     row_weights: &'a CubeTensor<R>,
     weighted: bool,
@@ -439,23 +496,34 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     first: usize,
 ) {
     let count = cube_count(p, p.shape()[0]);
+    let max_units = p.client.properties().hardware.max_units_per_cube;
+    let units = row_units(max_units, p.shape()[1]);
     // SAFETY: the kernel guards every access by P's shape; P [n, C] (made by this path), b and
-    // the labels are contiguous; rows first..first + n of the labels and the losses exist;
-    // with `half`, dz_half holds n x C elements; with `weighted`, the row weights are [B] f32
+    // the labels are contiguous; the vector width divides C and P, b and dz_half start on a
+    // whole vector (`row_vector`); rows first..first + n of the labels and the losses exist;
+    // with `half`, dz_half (or its view at the chunk's rows) holds n x C elements; with `weighted`, the row weights are [B] f32
     // (checked by the caller) and contiguous; with a z-loss so are the z-weights; with the
     // statistics, lse and entropy are [B].
     let terms = chunk.terms;
+    // In the whole-batch mode, the chunk's rows of dZ's [B, C] copy.
+    let dz_half = if chunk.whole {
+        let classes = p.shape()[1];
+        rows_at(chunk.dz_half, first * classes, p.shape()[0] * classes)
+    } else {
+        chunk.dz_half.clone()
+    };
     unsafe {
         kernels::streamed_rows::launch_unchecked::<f32, E, L, R>(
             &p.client,
             count,
-            CubeDim::new_1d(CUBE_UNITS),
+            CubeDim::new_1d(units),
+            row_vector(p.shape()[1]),
             p.clone().into_tensor_arg(),
             chunk.bias.clone().into_tensor_arg(),
             chunk.labels.clone().into_tensor_arg(),
             chunk.loss_rows.clone().into_tensor_arg(),
             chunk.predictions.clone().into_tensor_arg(),
-            chunk.dz_half.clone().into_tensor_arg(),
+            dz_half.into_tensor_arg(),
             chunk.row_weights.clone().into_tensor_arg(),
             chunk.z_weights.clone().into_tensor_arg(),
             chunk.lse.clone().into_tensor_arg(),
@@ -466,7 +534,7 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
             terms.logit_scale,
             terms.softcap.unwrap_or(1.0),
             terms.z_loss,
-            CUBE_UNITS as usize,
+            units as usize,
             chunk.relu,
             chunk.predict,
             chunk.half,
@@ -476,6 +544,44 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
             terms.wants_stats(),
         );
     }
+}
+
+/// Elements `start..start + len` of the contiguous `t`, as a view of its buffer (no copy).
+pub(super) fn rows_at<R: CubeRuntime>(
+    t: &CubeTensor<R>,
+    start: usize,
+    len: usize,
+) -> CubeTensor<R> {
+    let offset = (start * t.dtype.size()) as u64;
+    CubeTensor::new_contiguous(
+        t.client.clone(),
+        t.device.clone(),
+        [len].into(),
+        t.handle.clone().offset_start(offset),
+        t.dtype,
+    )
+}
+
+/// Units per cube of the row kernel for rows of `classes`: 256, or 1024 from C = 65536 where
+/// the device allows it (CUDA does, WebGPU's default limit does not), so that a chunk of a few
+/// hundred long rows still has enough loads in flight to keep DRAM busy.
+pub(super) fn row_units(max_units: u32, classes: usize) -> u32 {
+    if classes >= LARGE_VOCABULARY && max_units >= LONG_ROW_UNITS {
+        LONG_ROW_UNITS
+    } else {
+        CUBE_UNITS
+    }
+}
+
+/// See [`row_units`]: CUDA's largest block.
+const LONG_ROW_UNITS: u32 = 1024;
+
+/// The row kernel's vector width for rows of `classes`: 4 where it divides C (P, the bias and
+/// the bf16 copy of dZ are read and written 4 elements at a time), else 2 or 1. Every row then
+/// starts on a whole vector: P and the bias start a CubeCL allocation (or an aligned view of
+/// one), and the whole-batch mode's view of dZ starts at a row, `first C` elements in.
+pub(super) fn row_vector(classes: usize) -> usize {
+    vector_size(classes, 4)
 }
 
 /// `db = column_sum(dZ)`, or `db += ..` with `accumulate`; one cube per class.

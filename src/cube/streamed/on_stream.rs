@@ -26,11 +26,13 @@ use cubecl::prelude::*;
 use cubecl::{Compiler, CubeTask, InfoBuilder};
 use cudarc::driver::{CudaContext, sys};
 
-use super::super::launch::CUBE_UNITS;
-
 /// The row kernel's compile-time switches (see `streamed_rows`).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Switches {
+    /// The vector width of P, the bias and `dz_half` (`super::row_vector`).
+    pub vector: usize,
+    /// Units per cube (`super::row_units`).
+    pub units: u32,
     pub relu: bool,
     pub predict: bool,
     pub half: bool,
@@ -47,7 +49,7 @@ pub(super) fn rows_task<E: Float, L: Int>(
     s: Switches,
 ) -> KernelTask<CudaCompiler, kernels::streamed_rows::StreamedRows<f32, E, L, CudaRuntime>> {
     let settings = KernelSettings::default()
-        .cube_dim(CubeDim::new_1d(CUBE_UNITS))
+        .cube_dim(CubeDim::new_1d(s.units))
         .address_type(AddressType::U32);
     let t = || TensorCompilationArg { inplace: None };
     let kernel = kernels::streamed_rows::StreamedRows::<f32, E, L, CudaRuntime>::new(
@@ -69,7 +71,8 @@ pub(super) fn rows_task<E: Float, L: Int>(
         (),
         (),
         (),
-        CUBE_UNITS as usize,
+        s.vector,
+        s.units as usize,
         s.relu,
         s.predict,
         s.half,
@@ -216,6 +219,8 @@ pub(super) struct Arguments<'a> {
     pub first: usize,
     pub batch: usize,
     pub floats: [f32; 4],
+    /// The vector width of p, bias and dz_half (the kernel's `N`); the others are scalar.
+    pub vector: usize,
 }
 
 /// The info block of a launch (scalars, static metadata) and the dynamic metadata after it,
@@ -230,14 +235,21 @@ pub(super) struct Info {
 pub(super) fn info(arguments: &Arguments<'_>) -> Info {
     let address = AddressType::U32;
     let mut info = InfoBuilder::default();
-    for (tensor, _) in &arguments.tensors {
-        let elem_bytes = tensor.dtype.size();
+    for (k, (tensor, _)) in arguments.tensors.iter().enumerate() {
+        // As CubeCL's launcher registers a tensor of vectors: its buffer's length and its
+        // length counted in vectors, its shape and strides in elements.
+        let vector = if matches!(k, 0 | 1 | 5) {
+            arguments.vector
+        } else {
+            1
+        };
+        let elem_bytes = tensor.dtype.size() * vector;
         let arg = (*tensor).clone().into_tensor_arg();
         let TensorArg::Handle { handle } = arg else {
             unreachable!("a tensor argument with its own buffer")
         };
         let buffer_len = handle.handle.size_in_used() / elem_bytes as u64;
-        let len = handle.shape.iter().product::<usize>() as u64;
+        let len = (handle.shape.iter().product::<usize>() / vector) as u64;
         info.metadata.register_tensor(
             handle.strides.len() as u64,
             buffer_len,
