@@ -13,7 +13,8 @@ Each kernel is named by its place: the product just before a row kernel is the c
 after a row kernel come that chunk's gradient products (dX, then db as `dZ^T 1`, then the
 transposed X chunk and dW: in that order, `src/cube/streamed/cuda.rs::Products::gradients`), or,
 in bf16's whole-batch mode, db alone per chunk and dX and dW once after the last chunk
-(`Products::finish`). A kernel that is neither cuBLASLt's nor the row kernel is "other"
+(`Products::finish`); with more than one chunk, the mode is told by the last group being longer
+than the others (a step of one chunk is read as the per-chunk route). A kernel that is neither cuBLASLt's nor the row kernel is "other"
 (CubeCL's fills, casts and the mean). Prints one row per file, in ms: the products summed over
 the chunks, the row kernel, other, and the sum of all (the GPU's busy time; the step's wall
 time, from the profile log, is what the GPU was not idle plus what it was).

@@ -266,7 +266,13 @@ def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector 
         if line.startswith("=== "):
             words = line.split()[1:]
             binary = words[0].rsplit("/", 1)[-1]
-            config = " ".join(w for w in words[1:] if w not in ("20", "--fusion", "--phases"))
+            # B I C and the flags, without the repeat count (the first bare number after C)
+            # and the switches every run has.
+            rest = words[4:]
+            valued = ("--chunk", "--z-loss", "--softcap", "--logit-scale")
+            count = next((k for k, w in enumerate(rest) if w.isdigit() and (k == 0 or rest[k - 1] not in valued)), None)
+            rest = [w for k, w in enumerate(rest) if k != count and w not in ("--fusion", "--phases")]
+            config = " ".join(words[1:4] + rest)
             current = runs.setdefault(config, {}).setdefault(binary, [])
         elif line.startswith("medians"):
             current.append(float(re.search(r"step \(one sync\) ([\d.]+)", line)[1]))
