@@ -128,6 +128,8 @@ def table(path):
             f"{best['contender']} ({best['activation']}) {float(best['step_ms']):.3f}"
             if best
             else "no peer row at this precision"
+            if any(not r["contender"].startswith("ours") for r in rows if (r["B"], r["I"], r["C"]) == (b, i, c))
+            else "peers not run at this shape in this lease"
         )
         ratio = f"{mine / float(best['step_ms']):.2f}" if best else "n/a"
         extra = ours["extra_mib"] or "not recorded (small-C path)"

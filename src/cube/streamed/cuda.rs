@@ -346,13 +346,8 @@ fn one_timeline<R: CubeRuntime>(
         let view = rows_view(buffer, n);
         let p = cuda(&view);
         let [b, l, loss, pred, dzh, rw, zw, lse, ent] = &fixed;
-        // In the whole-batch mode, the chunk's rows of dZ's [B, C] copy (its metadata that of
-        // the rows the kernel writes).
-        let dz_rows = if chunk.whole {
-            super::rows_at(&dzh.0, first * products.classes, n * products.classes)
-        } else {
-            dzh.0.clone()
-        };
+        // The rows the kernel writes (its metadata theirs), at the address `dz_half_at` gives.
+        let dz_rows = cuda(&chunk.dz_half_rows(first, n));
         let arguments = on_stream::Arguments {
             tensors: [
                 (&p, products.p),

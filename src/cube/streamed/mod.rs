@@ -505,13 +505,7 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     // (checked by the caller) and contiguous; with a z-loss so are the z-weights; with the
     // statistics, lse and entropy are [B].
     let terms = chunk.terms;
-    // In the whole-batch mode, the chunk's rows of dZ's [B, C] copy.
-    let dz_half = if chunk.whole {
-        let classes = p.shape()[1];
-        rows_at(chunk.dz_half, first * classes, p.shape()[0] * classes)
-    } else {
-        chunk.dz_half.clone()
-    };
+    let dz_half = chunk.dz_half_rows(first, p.shape()[0]);
     unsafe {
         kernels::streamed_rows::launch_unchecked::<f32, E, L, R>(
             &p.client,
@@ -546,20 +540,24 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     }
 }
 
-/// Elements `start..start + len` of the contiguous `t`, as a view of its buffer (no copy).
-pub(super) fn rows_at<R: CubeRuntime>(
-    t: &CubeTensor<R>,
-    start: usize,
-    len: usize,
-) -> CubeTensor<R> {
-    let offset = (start * t.dtype.size()) as u64;
-    CubeTensor::new_contiguous(
-        t.client.clone(),
-        t.device.clone(),
-        [len].into(),
-        t.handle.clone().offset_start(offset),
-        t.dtype,
-    )
+impl<R: CubeRuntime> Chunk<'_, R> {
+    /// The row kernel's `dz_half` for rows `first..first + n`: in the whole-batch mode, those
+    /// rows of dZ's `[B, C]` copy as a view of its buffer (no copy); else `dz_half` itself.
+    fn dz_half_rows(&self, first: usize, n: usize) -> CubeTensor<R> {
+        let t = self.dz_half;
+        if !self.whole {
+            return t.clone();
+        }
+        let classes = self.weight.shape()[0];
+        let offset = (first * classes * t.dtype.size()) as u64;
+        CubeTensor::new_contiguous(
+            t.client.clone(),
+            t.device.clone(),
+            [n * classes].into(),
+            t.handle.clone().offset_start(offset),
+            t.dtype,
+        )
+    }
 }
 
 /// Units per cube of the row kernel for rows of `classes`: 256, or 1024 from C = 65536 where
