@@ -63,6 +63,14 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
             let (loss, predictions) =
                 tracked::<B, C>(x, weight, bias, targets, kernels, extras.predictions);
             (loss, HeadExtraOutputs::predictions(predictions))
+        } else if let Some(terms) = streamed_unweighted::<B, C>(&x, &weight, options, extras) {
+            // A logit scale or a softcap alone, streamed: the plain step's route, the terms
+            // in its row kernel, no row weight built.
+            let kernels = options.kernels();
+            let predict = extras.predictions;
+            let (loss, predictions) =
+                gradients_in_forward::<B, C>(x, weight, bias, targets, kernels, predict, terms);
+            (loss, HeadExtraOutputs::predictions(predictions))
         } else {
             with_options::<B, C>([x, weight, bias], targets, options, extras)
         };
@@ -182,7 +190,8 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
     if x_shape.num_dims() == 2
         && (f16 || B::head_gradients_in_forward(x_shape[0], x_shape[1], classes))
     {
-        return gradients_in_forward::<B, C>(x, weight, bias, labels, kernels, predict);
+        let terms = RowTerms::new(kernels.activation);
+        return gradients_in_forward::<B, C>(x, weight, bias, labels, kernels, predict, terms);
     }
 
     // Compute bound: keep Z and dH from the forward pass rather than recompute the GEMM
@@ -224,13 +233,45 @@ fn untracked<B: FusedHeadBackend>(
     kernels: KernelOptions,
     predict: bool,
 ) -> (FloatTensor<B>, Option<IntTensor<B>>) {
-    let step = HeadStep::loss().with_predictions(predict);
+    let terms = RowTerms::new(kernels.activation);
+    untracked_with_terms::<B>([x, weight, bias], labels, kernels, predict, terms)
+}
+
+/// [`untracked`] under `terms` (a logit scale and a softcap at most).
+fn untracked_with_terms<B: FusedHeadBackend>(
+    [x, weight, bias]: [FloatTensor<B>; 3],
+    labels: IntTensor<B>,
+    kernels: KernelOptions,
+    predict: bool,
+    terms: RowTerms,
+) -> (FloatTensor<B>, Option<IntTensor<B>>) {
+    let step = HeadStep::loss().with_predictions(predict).with_terms(terms);
     let out = B::head_step(x, weight, bias, labels, step, kernels);
     (out.loss, out.predictions)
 }
 
+/// The terms of `options` where they are the plain loss's but for a logit scale and a
+/// softcap (no statistics asked for) and B streams the step (gradients in the forward pass,
+/// X of rank 2): the plain route takes them, with no row weight ([`HeadStep::terms`]).
+/// `None` elsewhere (the options' route).
+fn streamed_unweighted<B: FusedHeadBackend, C: CheckpointStrategy>(
+    x: &FloatTensor<Autodiff<B, C>>,
+    weight: &FloatTensor<Autodiff<B, C>>,
+    options: &HeadOptions,
+    extras: HeadExtras,
+) -> Option<RowTerms> {
+    let shape = x.primitive.shape();
+    let classes = weight.primitive.shape()[0];
+    (options.is_plain_but_scale_and_softcap()
+        && !extras.token_stats
+        && shape.num_dims() == 2
+        && streams::<B>(options, shape[0], shape[1], classes))
+    .then(|| options.row_terms(false))
+}
+
 /// The tracked op where B computes the gradients in the forward pass: the backward step scales
 /// them by the upstream gradient `g` `[1]` (the loss is a scalar, so `d(g loss) = g d(loss)`).
+/// `terms`: the plain ones, or a logit scale and a softcap (no row weight needed).
 fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
     weight: FloatTensor<Autodiff<B, C>>,
@@ -238,6 +279,7 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     labels: IntTensor<Autodiff<B, C>>,
     kernels: KernelOptions,
     predict: bool,
+    terms: RowTerms,
 ) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
     let wanted = wanted([&x, &weight, &bias].map(|t| !t.node.requirement.is_none()));
     // The gradients are the state: never recomputed (that would be the whole op again).
@@ -250,13 +292,15 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
             let (x, weight, bias) = (x.primitive, weight.primitive, bias.primitive);
             let step = HeadStep::loss()
                 .with_wanted(wanted)
-                .with_predictions(predict);
+                .with_predictions(predict)
+                .with_terms(terms);
             let out = B::head_step(x, weight, bias, labels, step, kernels);
             (prep.finish(out.gradients, out.loss), out.predictions)
         }
         OpsKind::UnTracked(prep) => {
             let inputs = [x.primitive, weight.primitive, bias.primitive];
-            let (loss, predictions) = untracked::<B>(inputs, labels, kernels, predict);
+            let (loss, predictions) =
+                untracked_with_terms::<B>(inputs, labels, kernels, predict, terms);
             (prep.finish(loss), predictions)
         }
     }

@@ -104,7 +104,9 @@ pub struct HeadStep<B: Backend> {
     pub row_weights: Option<FloatTensor<B>>,
     /// The logit scale, softcap and z-loss, and whether to give each row's statistics
     /// ([`RowTerms`]; its activation is not read, `kernels`' is; its smoothing must be 0).
-    /// Anything but [`RowTerms::new`]'s plain terms needs `row_weights`. The loss rows stay
+    /// A z-loss and the statistics need `row_weights`; a logit scale and a softcap do not
+    /// (without, the loss is the mean of the rows' cross-entropy of the logits `H` the
+    /// softmax sees). The loss rows stay
     /// the cross-entropy's of the logits `H` the softmax sees; the caller adds the z-term
     /// `zeta lse[r]^2` from [`HeadStepOutput::token_stats`].
     pub terms: RowTerms,
@@ -509,10 +511,12 @@ pub trait FusedHeadBackend: Backend {
     /// row weights, the weights carry the upstream gradient), so that is the exact gradient. A
     /// tracked call whose backward never runs still pays for the gradients.
     ///
-    /// Without row weights, the default runs [`head_forward`](Self::head_forward), takes the
-    /// predictions as the argmax of its Z's activation (stock ops), then, if any gradient is
-    /// wanted, [`head_backward`](Self::head_backward) with an upstream gradient of 1. With row
-    /// weights it runs the materialized path: Z from [`head_logits`](Self::head_logits), the
+    /// Without row weights and with plain terms (or an empty batch), the default runs
+    /// [`head_forward`](Self::head_forward), takes the predictions as the argmax of its Z's
+    /// activation (stock ops), then, if any gradient is wanted,
+    /// [`head_backward`](Self::head_backward) with an upstream gradient of 1; with a logit
+    /// scale or a softcap, the step with each row's weight `1 / B` and the mean of its rows.
+    /// With row weights it runs the materialized path: Z from [`head_logits`](Self::head_logits), the
     /// row algebra from [`head_row_losses`](Self::head_row_losses), the gradients from
     /// [`head_backward`](Self::head_backward). The CubeCL backends at C > 32 run the streamed
     /// path, the row weights and the predictions in its row kernel.
@@ -525,8 +529,9 @@ pub trait FusedHeadBackend: Backend {
         kernels: KernelOptions,
     ) -> HeadStepOutput<Self> {
         match step.row_weights {
-            None => {
-                plain_without_row_weights("head_step", &step.terms);
+            // The terms change nothing on an empty batch (NaN mean, zero gradients).
+            None if step.terms.is_plain() || x.shape()[0] == 0 => {
+                unweighted_terms("head_step", &step.terms);
                 forward_then_backward::<Self>(
                     [x, weight, bias],
                     targets,
@@ -534,6 +539,10 @@ pub trait FusedHeadBackend: Backend {
                     kernels,
                     step.predictions,
                 )
+            }
+            None => {
+                unweighted_terms("head_step", &step.terms);
+                uniform_rows_step::<Self>([x, weight, bias], targets, step, kernels)
             }
             Some(rho) => {
                 let z_weights = step.z_weights;
@@ -763,13 +772,38 @@ pub(crate) fn streams<B: FusedHeadBackend>(
     options.epsilon() == 0.0 && B::head_gradients_in_forward(batch, inputs, classes)
 }
 
-/// Panics unless `terms` are the plain cross-entropy's: the LM terms need row weights.
-pub(crate) fn plain_without_row_weights(op: &str, terms: &RowTerms) {
-    assert!(
-        terms.is_plain(),
-        "{op}: a logit scale, softcap, z-loss or statistics need row weights"
-    );
+/// Panics unless `terms` may go without row weights: a z-loss and the statistics need them.
+pub(crate) fn unweighted_terms(op: &str, terms: &RowTerms) {
     assert!(terms.smoothing == 0.0, "{op}: smoothing does not stream");
+    assert!(
+        terms.go_unweighted(),
+        "{op}: a z-loss or the statistics need row weights"
+    );
+}
+
+/// [`FusedHeadBackend::head_step`] without row weights under a logit scale or a softcap,
+/// where no kernel takes them so: the step with each row's weight `1/B` (the gradients of the
+/// mean), its loss the mean of the rows in [`reduce`]'s fixed order, in X's dtype.
+pub(crate) fn uniform_rows_step<B: FusedHeadBackend>(
+    [x, weight, bias]: [FloatTensor<B>; 3],
+    targets: IntTensor<B>,
+    step: HeadStep<B>,
+    kernels: KernelOptions,
+) -> HeadStepOutput<B> {
+    let (batch, dtype) = (x.shape()[0], x.dtype());
+    let options = (&B::float_device(&x), sums_dtype(dtype));
+    let rho = Tensor::<B, 1>::full([batch], 1.0 / batch as f64, options);
+    let step = step.with_row_weights(rho.into_primitive().tensor());
+    let out = B::head_step(x, weight, bias, targets, step, kernels);
+    let rows = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(out.loss));
+    let count = Tensor::<B, 1>::full([1], batch as f64, options);
+    let loss = reduce(rows, Some(count), crate::options::HeadReduction::Mean).cast(dtype);
+    HeadStepOutput {
+        loss: loss.into_primitive().tensor(),
+        gradients: out.gradients,
+        predictions: out.predictions,
+        token_stats: None,
+    }
 }
 
 /// The streamed step's (`head_step` with row weights and `terms`) result as the op's rows:

@@ -59,9 +59,10 @@ use crate::validate;
 /// - Every row ignored under the mean gives NaN (0 / 0) and zero gradients, as PyTorch. An
 ///   empty batch (B = 0) gives NaN (mean), 0 (sum) or `[0]` (none, untracked); its gradients
 ///   are zero.
-/// - Paths: plain options ([`HeadOptions::is_plain`]) run the fused kernels. Without
-///   smoothing, C > 32 on the CubeCL backends runs the streamed path with each row's weight
-///   (and the logit scale, softcap and z-loss) in its row kernel; the reduction `None` runs
+/// - Paths: plain options ([`HeadOptions::is_plain`]) run the fused kernels; so do a logit
+///   scale and a softcap alone at C > 32 on the CubeCL backends (in the streamed row kernel,
+///   with no row weight). Without smoothing, C > 32 on the CubeCL backends runs the streamed
+///   path with each row's weight (and the logit scale, softcap and z-loss) in its row kernel; the reduction `None` runs
 ///   that pass again in the backward step (twice the products of the mean); f16 tensors run
 ///   it in f32 on their values cast up. Label smoothing, C <= 32 and the stock-op backends run
 ///   the materialized path, which holds Z and the rows' gradients, two `[B, C]` tensors.

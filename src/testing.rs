@@ -1,5 +1,5 @@
-//! The streamed path's peak memory, for the benchmark and the memory tests. Built with the
-//! `testing` feature only (the `burn-fused-head-testing` crate turns it on): no production
+//! The streamed path's peak memory, routes and timeline, for the benchmark and the tests.
+//! Built with the `testing` feature only (the `burn-fused-head-testing` crate turns it on): no production
 //! build has it, so nothing here can change or observe a user's call.
 
 /// Runs `f` and returns what it returned with the most bytes CubeCL's memory pool had in use
@@ -89,4 +89,61 @@ fn with_switch<T>(switch: &std::sync::atomic::AtomicBool, f: impl FnOnce() -> T)
     let out = f();
     switch.store(false, Ordering::SeqCst);
     out
+}
+
+/// One streamed step's cuBLASLt chunks on one GPU timeline, as [`timeline`] traced them: the
+/// host's instants, and the stream's work between timed CUDA events recorded after each
+/// operation.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    /// When the step entered the streamed path (its buffers not yet allocated).
+    pub called: std::time::Instant,
+    /// When the step entered its cuBLASLt chunks (the path's buffers allocated; not yet the
+    /// chunk buffer, the engine's lock or the row kernel's lookup).
+    pub entered: std::time::Instant,
+    /// When the one host wait at entry returned (the chunks' setup done, CubeCL's queue run,
+    /// the addresses known).
+    pub waited: std::time::Instant,
+    /// When every chunk's work was queued on cuBLASLt's stream.
+    pub queued: std::time::Instant,
+    /// When the one wait at exit returned (the stream has run it all).
+    pub synced: std::time::Instant,
+    /// When the streamed path returned (the loss reduced, its kernels queued on CubeCL's
+    /// stream).
+    pub returned: std::time::Instant,
+    /// The stream's operations in order: what (`logits`, `rows`, `dX`, `db`, `transpose`,
+    /// `dW`) and the milliseconds from the end of the one before (the first, `start`, is 0:
+    /// the point after the entry wait). Gaps where the stream waited for the host fall into
+    /// the next operation's time.
+    pub gpu: Vec<(&'static str, f64)>,
+}
+
+/// Runs `f` and returns what it returned with the [`Timeline`] of every streamed step on one
+/// GPU timeline in it (none elsewhere: other routes and backends are not traced). The events
+/// cost a few microseconds of host time per operation in the step; they are read after `f`
+/// returns. Process-wide while `f` runs: callers in one process must not overlap.
+pub fn timeline<T>(f: impl FnOnce() -> T) -> (T, Vec<Timeline>) {
+    #[cfg(feature = "cuda")]
+    {
+        use crate::cube::streamed::trace::{CALLED, ON, STEPS};
+        use std::sync::atomic::Ordering;
+        STEPS.lock().expect("timeline").clear();
+        *CALLED.lock().expect("timeline") = None;
+        ON.store(true, Ordering::SeqCst);
+        let out = f();
+        ON.store(false, Ordering::SeqCst);
+        let steps = std::mem::take(&mut *STEPS.lock().expect("timeline"));
+        let steps = steps
+            .into_iter()
+            .map(|(mut step, marks)| {
+                step.gpu = crate::cube::streamed::trace::resolve(marks);
+                step
+            })
+            .collect();
+        (out, steps)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        (f(), Vec::new())
+    }
 }

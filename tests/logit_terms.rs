@@ -19,6 +19,7 @@ mod common;
 use burn::backend::Autodiff;
 use burn::module::Param;
 use burn::tensor::{DType, Tensor, TensorData};
+use burn_fused_head::backend::{HeadStep, HeadWanted, RowTerms};
 use burn_fused_head::{
     FusedHeadBackend, FusedLinearCrossEntropy, FusedLinearCrossEntropyConfig, HeadActivation,
     HeadOptions, HeadReduction, fused_linear_cross_entropy,
@@ -57,6 +58,33 @@ fn ours<B: FusedHeadBackend>(
         lse: to_f64(stats.log_sum_exp),
         log_prob: to_f64(stats.target_log_prob),
         entropy: to_f64(stats.entropy),
+    }
+}
+
+/// [`ours`] through `fused_linear_cross_entropy` (no statistics asked for: those of the
+/// result are left empty).
+fn ours_without_stats<B: FusedHeadBackend>(
+    device: &B::Device,
+    data: &HeadData,
+    loss: &HeadOptions,
+    upstream: &[f64],
+) -> Outcome {
+    let (x, w, b, labels) = data.tensors::<Autodiff<B>>(device, DType::F32);
+    let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    let out = fused_linear_cross_entropy(x.clone(), w.clone(), Some(b.clone()), labels, loss);
+    let v = Tensor::<Autodiff<B>, 1>::from_data(
+        TensorData::new(upstream.to_vec(), [upstream.len()]).convert_dtype(DType::F32),
+        (device, DType::F32),
+    );
+    let grads = (out.clone() * v).sum().backward();
+    Outcome {
+        out: to_f64(out),
+        dx: to_f64(x.grad(&grads).unwrap()),
+        dw: to_f64(w.grad(&grads).unwrap()),
+        db: to_f64(b.grad(&grads).unwrap()),
+        lse: Vec::new(),
+        log_prob: Vec::new(),
+        entropy: Vec::new(),
     }
 }
 
@@ -120,6 +148,18 @@ fn check_with_gain<B: FusedHeadBackend>(
                 gate("log_sum_exp", &got.lse, &want.lse),
                 gate("target_log_prob", &got.log_prob, &want.log_prob),
                 gate("entropy", &got.entropy, &want.entropy),
+            ],
+        );
+        // The same without the statistics: a logit scale and a softcap alone then take the
+        // plain route where the backend streams (no row weight built).
+        let got = ours_without_stats::<B>(device, data, &loss, &u);
+        assert_gates(
+            &format!("{context}, {act:?}, without the statistics"),
+            &[
+                gate("result", &got.out, &want.out),
+                gate("dX", &got.dx, &want.dx),
+                gate("dW", &got.dw, &want.dw),
+                gate("db", &got.db, &want.db),
             ],
         );
     }

@@ -11,7 +11,7 @@
     python3 docs/bench/large_c.py builds docs/bench/DATE-night-builds-profile.log [BINARY=LABEL,..]
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
---memory`, each run headed by `=== B I C [flags]`) and `peers.csv` (../shared/peers's
+--memory`, each run headed by `=== [HH:MM:SS] B I C [flags]`) and `peers.csv` (../shared/peers's
 peers_bench.py `--csv`), and writes the rows in the columns
 `B,I,C,contender,precision,activation,step_ms,extra_mib`. Ours: contender `ours` (the default
 `Cuda` backend, fusion on, one GPU timeline) and `ours-host-ordered` (the same with the two
@@ -60,11 +60,20 @@ COLUMNS = ["B", "I", "C", "contender", "precision", "activation", "step_ms", "ex
 BUILDS = {"old": "ours-423c3a5", "oldfetch": "ours-per-buffer-fetch", "new": "ours"}
 
 
+def header_words(line):
+    """A run header's words after `===`, without the time of day that leases since 2026-12-04
+    put first (for docs/bench/power.py)."""
+    words = line.split()[1:]
+    if words and re.fullmatch(r"\d\d:\d\d:\d\d(\.\d+)?", words[0]):
+        words = words[1:]
+    return words
+
+
 def ours_rows(profile_log):
     rows, head = [], None
     for line in open(profile_log):
         if line.startswith("=== "):
-            words = line.split()[1:]
+            words = header_words(line)
             flags = words[3:]
             build = BUILDS.get(flags[-1]) if flags else None
             head = {
@@ -183,12 +192,17 @@ def readme(path):
     for b, i, c in shapes:
         first = True
         for precision in ("f32", "tf32", "bf16"):
+            # bf16 with the identity (the peers' model) where it ran, else with ReLU.
             activation = "identity" if precision == "bf16" else "relu"
+            if (b, i, c, "ours", precision, activation) not in of:
+                activation = "relu"
             if (b, i, c, "ours", precision, activation) not in of:
                 continue
             pair = lambda who: f"{cell((b, i, c, who, precision, 'relu'))} / {cell((b, i, c, who, precision, 'identity'))}"
             cce = "fails (1)" if precision != "bf16" else cell((b, i, c, "cce", precision, "identity"))
             name = "TF32" if precision == "tf32" else precision
+            if precision == "bf16" and activation == "relu":
+                name = "bf16 (ours with ReLU)"
             head = f"{b}, {i}, {c}" if first else ""
             first = False
             print(f"| {head} | {name} | {cell((b, i, c, 'ours', precision, activation))} | {pair('torch')} | {pair('torch-compile')} | {cell((b, i, c, 'liger', precision, 'identity'))} | {cce} |")
@@ -199,7 +213,7 @@ def profile_runs(path):
     runs = []
     for line in open(path):
         if line.startswith("=== "):
-            runs.append((line.split()[1:], {}))
+            runs.append((header_words(line), {}))
         elif runs and line.startswith("medians"):
             runs[-1][1]["step"] = float(re.search(r"step \(one sync\) ([\d.]+)", line)[1])
         elif runs and line.startswith("step, 20"):
@@ -266,7 +280,7 @@ def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector 
     runs = {}
     for line in open(path):
         if line.startswith("=== "):
-            words = line.split()[1:]
+            words = header_words(line)
             binary = words[0].rsplit("/", 1)[-1]
             # B I C and the flags, without the repeat count (the first bare number after C)
             # and the switches every run has.

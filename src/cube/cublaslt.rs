@@ -189,6 +189,10 @@ pub(super) struct Engine {
     workspace: CudaSlice<u8>,
     /// Keyed by the product and the alignments of A, B and D (see [`Alignments`]).
     algorithms: HashMap<(Gemm, Alignments), sys::cublasLtMatmulAlgo_t>,
+    /// The `testing` feature's timeline marks ([`Engine::mark`]) since the last
+    /// [`Engine::take_marks`].
+    #[cfg(feature = "testing")]
+    marks: Vec<(&'static str, cudarc::driver::CudaEvent)>,
 }
 
 /// The alignments in bytes (powers of two, at most 256) of a product's A, B and D pointers.
@@ -242,6 +246,8 @@ impl Engine {
             handle,
             workspace,
             algorithms: HashMap::new(),
+            #[cfg(feature = "testing")]
+            marks: Vec::new(),
         })
     }
 
@@ -293,6 +299,27 @@ impl Engine {
             )
         }
         .unwrap_or_else(|e| fail(&gemm, e));
+    }
+
+    /// With the `testing` feature, while a timeline is traced
+    /// ([`crate::testing::timeline`]), records a timed event on the stream after the work
+    /// queued so far, named `label` (the work since the previous mark); nothing otherwise.
+    pub fn mark(&mut self, label: &'static str) {
+        #[cfg(feature = "testing")]
+        if super::streamed::trace::ON.load(std::sync::atomic::Ordering::Relaxed) {
+            let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+            let event = self.stream.record_event(timed).expect("a timed CUDA event");
+            self.marks.push((label, event));
+        }
+        #[cfg(not(feature = "testing"))]
+        let _ = label;
+    }
+
+    /// The marks since the last call (events the stream may not have reached yet); empty
+    /// without the `testing` feature or where no timeline was traced.
+    #[cfg(feature = "testing")]
+    pub fn take_marks(&mut self) -> Vec<(&'static str, cudarc::driver::CudaEvent)> {
+        std::mem::take(&mut self.marks)
     }
 
     /// Blocks until every product enqueued so far has finished.

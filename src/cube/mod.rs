@@ -33,8 +33,8 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use crate::backend::{
     FusedHeadBackend, HeadForward, HeadGradients, HeadLimits, HeadStep, HeadStepOutput,
-    HeadTokenStats, HeadWanted, KernelOptions, RowTerms, forward_then_backward,
-    plain_without_row_weights, weighted_step,
+    HeadTokenStats, HeadWanted, KernelOptions, RowTerms, forward_then_backward, uniform_rows_step,
+    unweighted_terms, weighted_step,
 };
 use crate::validate;
 use half::{Full, up};
@@ -100,8 +100,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         let (wanted, predict) = (step.wanted, step.predictions);
         let inputs = [x, weight, bias, targets];
         match step.row_weights {
-            None => {
-                plain_without_row_weights(op, &step.terms);
+            // The terms change nothing on an empty batch (NaN mean, zero gradients).
+            None if step.terms.is_plain() || inputs[0].shape()[0] == 0 => {
+                unweighted_terms(op, &step.terms);
                 let (loss, gradients, predictions, _) =
                     training_step::<R, F, I, BT>(op, inputs, wanted, kernels, predict);
                 HeadStepOutput {
@@ -110,6 +111,36 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                     predictions,
                     token_stats: None,
                 }
+            }
+            None => {
+                // A logit scale or a softcap: the streamed path takes them without row
+                // weights (its loss the mean, as the plain step's); elsewhere each row weighs
+                // 1/B.
+                unweighted_terms(op, &step.terms);
+                let terms = step.terms;
+                if native::<R, F>(op, [&inputs[0], &inputs[1], &inputs[2]])
+                    && let Some((loss, gradients, predictions, _)) = streamed_step::<R, F, I, BT>(
+                        op,
+                        &inputs,
+                        wanted,
+                        kernels,
+                        predict,
+                        Some(Weights {
+                            rho: None,
+                            z: None,
+                            terms,
+                        }),
+                    )
+                {
+                    return HeadStepOutput {
+                        loss,
+                        gradients,
+                        predictions,
+                        token_stats: None,
+                    };
+                }
+                let [x, weight, bias, targets] = inputs;
+                uniform_rows_step::<Self>([x, weight, bias], targets, step, kernels)
             }
             Some(rho) => {
                 let weights = (rho, step.z_weights, step.terms);
@@ -355,13 +386,10 @@ fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
         );
         x.assert_is_on_same_device(w);
     }
-    let dtypes = [x.dtype, weight.dtype, bias.dtype];
-    // Natively streamed: f32 inputs as compiled, or bf16 where cuBLASLt runs them.
-    let native =
-        as_is::<F>(op, &dtypes) || (dtypes[0] == DType::BF16 && streamed::half_available(&x));
+    let native = native::<R, F>(op, [&x, &weight, &bias]);
     let inputs = [x, weight, bias, labels];
     let weights = Weights {
-        rho: rho.clone(),
+        rho: Some(rho.clone()),
         z: z_weights.clone(),
         terms,
     };
@@ -404,9 +432,22 @@ fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
     )
 }
 
-/// The streamed path's row weights: `rho`, the z-weights, the LM terms.
+/// Whether the streamed path runs inputs of X's dtype natively (with row weights or LM
+/// terms): f32 inputs as compiled, or bf16 where cuBLASLt runs them. The others go through
+/// the f32 impl.
+/// Checks that X, W and b share one supported dtype first.
+fn native<R: CubeRuntime, F: FloatElement>(
+    op: &str,
+    [x, weight, bias]: [&CubeTensor<R>; 3],
+) -> bool {
+    as_is::<F>(op, &[x.dtype, weight.dtype, bias.dtype])
+        || (x.dtype == DType::BF16 && streamed::half_available(x))
+}
+
+/// The streamed path's row weights `rho` (none: each row weighs `1/B` and the loss is the
+/// mean, for a logit scale and a softcap alone), the z-weights, the LM terms.
 struct Weights<R: CubeRuntime> {
-    rho: CubeTensor<R>,
+    rho: Option<CubeTensor<R>>,
     z: Option<CubeTensor<R>>,
     terms: RowTerms,
 }
@@ -430,7 +471,7 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     let tf32 = use_tf32(kernels.precision, x);
     let device = x.device.clone();
     let (rho, z, terms) = match weights {
-        Some(w) => (Some(w.rho), w.z, w.terms),
+        Some(w) => (w.rho, w.z, w.terms),
         None => (None, None, RowTerms::new(kernels.activation)),
     };
     let out = streamed::loss_and_gradients::<R, F, I, BT>(

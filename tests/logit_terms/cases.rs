@@ -40,6 +40,87 @@ fn a_softcap_bounds_the_logits_and_its_gradient_stays_exact_when_saturated() {
 }
 
 #[test]
+fn a_step_takes_a_logit_scale_and_a_softcap_without_row_weights() {
+    // `FusedHeadBackend::head_step` with the two terms and no row weights (the route the op
+    // takes for them alone where the backend streams): the mean's loss and gradients, against
+    // the formula for a unit upstream gradient. C = 40 streams on the CubeCL backends with no
+    // row weight at all; C = 5 and the other backends weigh each row 1/B.
+    let device = device();
+    for classes in [5, 40] {
+        // An empty batch: the terms change nothing (a NaN mean, zero gradients).
+        let empty = HeadData::random(27, 0, 8, classes);
+        let (x, w, b, labels) = empty.tensors::<B>(&device, DType::F32);
+        let out = B::head_step(
+            x.into_primitive().tensor(),
+            w.into_primitive().tensor(),
+            b.into_primitive().tensor(),
+            labels.into_primitive(),
+            HeadStep::loss()
+                .with_wanted(HeadWanted::ALL)
+                .with_terms(RowTerms {
+                    softcap: Some(2.5),
+                    ..RowTerms::new(HeadActivation::Relu)
+                }),
+            HeadOptions::new().kernels(),
+        );
+        let float = |t| burn::tensor::TensorPrimitive::Float(t);
+        let loss = to_f64(Tensor::<B, 1>::from_primitive(float(out.loss)));
+        assert!(loss.len() == 1 && loss[0].is_nan(), "B = 0: {loss:?}");
+        let dw = to_f64(Tensor::<B, 2>::from_primitive(float(
+            out.gradients.weight.unwrap(),
+        )));
+        assert!(dw.iter().all(|v| *v == 0.0), "B = 0: dW {dw:?}");
+
+        let d = data(26, 13, 8, classes, &[]);
+        for act in [HeadActivation::Identity, HeadActivation::Relu] {
+            let options = HeadOptions::new()
+                .with_activation(act)
+                .with_logit_scale(Some(0.75))
+                .with_softcap(Some(2.5));
+            let terms = RowTerms {
+                logit_scale: 0.75,
+                softcap: Some(2.5),
+                ..RowTerms::new(act)
+            };
+            let (x, w, b, labels) = d.tensors::<B>(&device, DType::F32);
+            let out = B::head_step(
+                x.into_primitive().tensor(),
+                w.into_primitive().tensor(),
+                b.into_primitive().tensor(),
+                labels.into_primitive(),
+                HeadStep::loss()
+                    .with_wanted(HeadWanted::ALL)
+                    .with_terms(terms),
+                options.kernels(),
+            );
+            let float = |t| burn::tensor::TensorPrimitive::Float(t);
+            let grads = out.gradients;
+            let want = terms_formula(&d, &options, &[1.0]);
+            let read = |t: Option<_>| to_f64(Tensor::<B, 2>::from_primitive(float(t.unwrap())));
+            assert_gates(
+                &format!(
+                    "head_step, scale and softcap without row weights, C = {classes}, {act:?}"
+                ),
+                &[
+                    gate(
+                        "loss",
+                        &to_f64(Tensor::<B, 1>::from_primitive(float(out.loss))),
+                        &want.out,
+                    ),
+                    gate("dX", &read(grads.x), &want.dx),
+                    gate("dW", &read(grads.weight), &want.dw),
+                    gate(
+                        "db",
+                        &to_f64(Tensor::<B, 1>::from_primitive(float(grads.bias.unwrap()))),
+                        &want.db,
+                    ),
+                ],
+            );
+        }
+    }
+}
+
+#[test]
 fn z_loss_adds_zeta_lse_squared_per_row() {
     let loss = HeadOptions::new().with_z_loss(Some(0.1));
     both_sizes("z-loss 0.1", &[], &loss);

@@ -3,6 +3,7 @@
 //! kernel cannot be loaded there, the row kernel on CubeCL's stream, ordered from the host.
 
 use std::any::Any;
+use std::time::Instant;
 
 use burn::tensor::{DType, TensorMetadata, bf16};
 use burn_cubecl::tensor::CubeTensor;
@@ -58,6 +59,7 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
     let Some(engine) = cublaslt::engine(x.device.index) else {
         return false;
     };
+    let entered = Instant::now();
     let mut engine = engine.lock().expect("cuBLASLt engine");
     let inputs = chunk.x.shape()[1];
     let classes = chunk.weight.shape()[0];
@@ -130,6 +132,7 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         ],
         stream_kernel.is_some(),
     );
+    let waited = Instant::now();
     let given = |ptr: Option<u64>| ptr.expect("the address of a given tensor");
     let p_ptr = given(p_ptr);
     let products = Products {
@@ -165,7 +168,17 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
                 entropy,
             ]
             .map(given);
-            one_timeline(chunk, rows, &buffer, &products, fixed, &mut engine, kernel);
+            let stamps = [entered, waited];
+            one_timeline(
+                chunk,
+                rows,
+                &buffer,
+                &products,
+                fixed,
+                &mut engine,
+                kernel,
+                stamps,
+            );
             #[cfg(feature = "testing")]
             super::routes::SWITCHES
                 .one_timeline
@@ -173,6 +186,9 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         }
         None => host_ordered_chunks(chunk, rows, &buffer, &products, &mut engine),
     }
+    // Marks of a route not traced (host-ordered: its stream waits for the host) are dropped.
+    #[cfg(feature = "testing")]
+    engine.take_marks();
     #[cfg(feature = "testing")]
     if chunk.whole {
         super::routes::SWITCHES
@@ -223,11 +239,13 @@ impl Products {
                 let gemm =
                     Gemm::input_gradient(batch, inputs, classes, false).typed(operand, operand);
                 engine.run(gemm, self.w, self.dz, dx, 0.0);
+                engine.mark("dX");
             }
             if let Some(dw) = self.dw {
                 let gemm =
                     Gemm::weight_gradient(batch, inputs, classes, false).typed(operand, operand);
                 engine.run(gemm, self.x, self.dz, dw, 0.0);
+                engine.mark("dW");
             }
         }
     }
@@ -253,6 +271,7 @@ impl Products {
         let x_rows = self.x + (first * self.inputs) as u64 * self.size;
         // SAFETY: the caller's contract.
         unsafe { engine.run(gemm, self.w, x_rows, self.p, 0.0) };
+        engine.mark("logits");
     }
 
     /// Enqueues the wanted gradients' products of rows `first..first + n`, whose dZ is in the
@@ -269,6 +288,7 @@ impl Products {
             if let (Some(db), Some(ones)) = (self.db, self.ones) {
                 // SAFETY: the caller's contract.
                 unsafe { engine.run(Gemm::bias_gradient(n, classes), self.p, ones, db, beta) };
+                engine.mark("db");
             }
             return;
         }
@@ -278,15 +298,18 @@ impl Products {
                 let gemm = Gemm::input_gradient(n, inputs, classes, tf32).typed(operand, operand);
                 let dx_rows = dx + (first * inputs) as u64 * self.size;
                 engine.run(gemm, self.w, self.dz, dx_rows, 0.0);
+                engine.mark("dX");
             }
             if let (Some(db), Some(ones)) = (self.db, self.ones) {
                 engine.run(Gemm::bias_gradient(n, classes), self.p, ones, db, beta);
+                engine.mark("db");
             }
             if let Some(dw) = self.dw {
                 let x_rows = self.x + (first * inputs) as u64 * self.size;
                 match self.xt {
                     Some(xt) => {
                         engine.transpose(x_rows, xt, n, inputs);
+                        engine.mark("transpose");
                         let gemm = Gemm::weight_gradient_transposed(n, inputs, classes, tf32);
                         engine.run(gemm, xt, self.dz, dw, beta);
                     }
@@ -296,6 +319,7 @@ impl Products {
                         engine.run(gemm, x_rows, self.dz, dw, beta);
                     }
                 }
+                engine.mark("dW");
             }
         }
     }
@@ -304,7 +328,9 @@ impl Products {
 /// Every chunk on cuBLASLt's stream, the row kernel too: after the caller's one host wait
 /// (CubeCL has written the inputs and filled the ones, [`addresses`]), one at exit (the
 /// gradients are written for CubeCL's next kernels). `fixed` are the addresses of the row
-/// kernel's tensors after P, in its argument order.
+/// kernel's tensors after P, in its argument order; `stamps` when the step entered and when
+/// its entry wait returned (for [`crate::testing::timeline`]).
+#[allow(clippy::too_many_arguments)]
 fn one_timeline<R: CubeRuntime>(
     chunk: &Chunk<'_, R>,
     rows: usize,
@@ -313,6 +339,7 @@ fn one_timeline<R: CubeRuntime>(
     fixed: [u64; 9],
     engine: &mut Engine,
     kernel: &'static on_stream::Loaded,
+    stamps: [Instant; 2],
 ) {
     let cuda = |t: &CubeTensor<R>| -> CubeTensor<CudaRuntime> {
         (t as &dyn Any)
@@ -336,6 +363,7 @@ fn one_timeline<R: CubeRuntime>(
     let client = cuda(chunk.x).client;
     // The dynamic metadata (P's shape, the others' fixed) of a chunk of n rows, on the device.
     let mut uploaded: Vec<(usize, CudaSlice<u64>, u64)> = Vec::new();
+    engine.mark("start");
     let mut first = 0;
     while first < chunk.batch {
         let n = rows.min(chunk.batch - first);
@@ -397,6 +425,7 @@ fn one_timeline<R: CubeRuntime>(
                 &mut info,
                 dynamic,
             );
+            engine.mark("rows");
             products.gradients(engine, first, n);
         }
         super::note_memory(&view);
@@ -404,7 +433,31 @@ fn one_timeline<R: CubeRuntime>(
     }
     // SAFETY: as above; every chunk's dZ is queued before.
     unsafe { products.finish(engine) };
+    let queued = Instant::now();
     engine.synchronize();
+    #[cfg(feature = "testing")]
+    if super::trace::ON.load(std::sync::atomic::Ordering::Relaxed) {
+        let [entered, waited] = stamps;
+        let synced = Instant::now();
+        let called = super::trace::CALLED.lock().expect("timeline").take();
+        let timeline = crate::testing::Timeline {
+            called: called.unwrap_or(entered),
+            entered,
+            waited,
+            queued,
+            synced,
+            returned: synced,
+            gpu: Vec::new(),
+        };
+        let marks = engine.take_marks();
+        super::trace::STEPS
+            .lock()
+            .expect("timeline")
+            .push((timeline, marks));
+        super::trace::PUSHED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    #[cfg(not(feature = "testing"))]
+    let _ = (stamps, queued);
 }
 
 /// Every chunk on cuBLASLt, the row kernel on CubeCL's stream, ordered from the host (two

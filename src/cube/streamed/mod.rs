@@ -103,6 +103,58 @@ pub(crate) mod peak {
     }
 }
 
+/// The traced timelines of [`crate::testing::timeline`]: built with the `testing` and `cuda`
+/// features only.
+#[cfg(all(feature = "testing", feature = "cuda"))]
+pub(crate) mod trace {
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicBool;
+
+    /// Whether the one-timeline steps record their marks now.
+    pub(crate) static ON: AtomicBool = AtomicBool::new(false);
+    /// The steps traced so far: their host instants, and the stream's marks, read once the
+    /// traced closure has returned (reading them inside the step would add to its time).
+    pub(crate) static STEPS: Mutex<Vec<(crate::testing::Timeline, Marks)>> = Mutex::new(Vec::new());
+    /// When the step now running entered the streamed path (its buffers not yet allocated).
+    pub(crate) static CALLED: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+    /// Whether the step now running pushed its timeline (its [`returned`] is to be noted).
+    pub(crate) static PUSHED: AtomicBool = AtomicBool::new(false);
+
+    /// The stream's marks of one step: what each follows, and its event.
+    pub(crate) type Marks = Vec<(&'static str, cudarc::driver::CudaEvent)>;
+
+    /// The milliseconds from each mark to the next, each named by the later one (the first,
+    /// `start`, 0).
+    pub(crate) fn resolve(marks: Marks) -> Vec<(&'static str, f64)> {
+        let mut out = Vec::with_capacity(marks.len());
+        for (k, (label, event)) in marks.iter().enumerate() {
+            let ms = match k {
+                0 => 0.0,
+                _ => marks[k - 1].1.elapsed_ms(event).expect("event time"),
+            };
+            out.push((*label, f64::from(ms)));
+        }
+        out
+    }
+
+    /// Notes now as the running step's entry, while tracing.
+    pub(crate) fn called() {
+        if ON.load(std::sync::atomic::Ordering::Relaxed) {
+            *CALLED.lock().expect("timeline") = Some(std::time::Instant::now());
+            PUSHED.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Notes now as the end of the running step, where it pushed its timeline.
+    pub(crate) fn returned() {
+        if PUSHED.swap(false, std::sync::atomic::Ordering::Relaxed)
+            && let Some((last, _)) = STEPS.lock().expect("timeline").last_mut()
+        {
+            last.returned = std::time::Instant::now();
+        }
+    }
+}
+
 /// Which route the cuBLASLt chunks take, for the tests: built with the `testing` feature only.
 #[cfg(feature = "testing")]
 pub(crate) mod routes {
@@ -243,6 +295,8 @@ pub(super) fn loss_and_gradients<
     row_weights: Option<CubeTensor<R>>,
     z_weights: Option<CubeTensor<R>>,
 ) -> LossAndGradients<R, F, I, BT> {
+    #[cfg(all(feature = "testing", feature = "cuda"))]
+    trace::called();
     let Settings {
         tf32,
         relu,
@@ -354,6 +408,8 @@ pub(super) fn loss_and_gradients<
     } else {
         cast(mean_of_parts::<R, f32>(loss_rows, batch), dtype)
     };
+    #[cfg(all(feature = "testing", feature = "cuda"))]
+    trace::returned();
     (
         loss,
         HeadGradients {

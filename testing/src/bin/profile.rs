@@ -3,7 +3,7 @@
 //!
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
 //!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA] [--softcap CAP]
-//!     [--logit-scale S] [--host-ordered] [--dw-as-stored] [--memory]
+//!     [--logit-scale S] [--host-ordered] [--dw-as-stored] [--memory] [--timeline]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -21,6 +21,9 @@
 //! (`burn_fused_head::testing::dw_from_x_as_stored`): the two layouts side by side.
 //! `--memory` prints the streamed path's peak bytes in use over one step and what it holds
 //! beyond the inputs and the gradients (`burn_fused_head::testing::peak_memory`).
+//! `--timeline` times `steps` more steps on one GPU timeline with CUDA events
+//! (`burn_fused_head::testing::timeline`): where the wall time goes between the host and the
+//! stream, and each kind of operation's GPU time under sustained load.
 
 use std::time::Instant;
 
@@ -160,6 +163,96 @@ fn steps<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
     if flag("--phases") {
         phases::<B>(device, &x, &w, &b, &labels, steps);
     }
+    if flag("--timeline") {
+        timeline::<B>(device, &x, &w, &b, &labels, steps);
+    }
+}
+
+/// Medians over `steps` steps (ms) of a step's wall time cut at the streamed path's instants
+/// (`burn_fused_head::testing::Timeline`): from the call to the path, its buffers, the chunks'
+/// setup and entry wait, queueing, the exit wait, the loss's reduction, and from the path's return to the end
+/// of the sync; then the stream's time by
+/// kind of operation and in all (CUDA events), and the wall less that (the time outside the
+/// stream: the host, CubeCL's kernels before and after it).
+fn timeline<B: AutodiffBackend + FusedHeadBackend>(
+    device: &B::Device,
+    x: &Tensor<B, 2>,
+    w: &Tensor<B, 2>,
+    b: &Tensor<B, 1>,
+    labels: &Tensor<B, 1, Int>,
+    steps: usize,
+) {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut host: [Vec<f64>; 8] = Default::default();
+    let mut kinds: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    let mut chain = Vec::new();
+    for _ in 0..steps.max(1) {
+        let ((t0, t1), traced) = burn_fused_head::testing::timeline(|| {
+            let t0 = Instant::now();
+            let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
+            let grads = loss.backward();
+            let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
+            B::sync(device).unwrap();
+            let t1 = Instant::now();
+            drop(kept);
+            (t0, t1)
+        });
+        let [step] = &traced[..] else {
+            println!(
+                "timeline: {} traced step(s) in one step, not one",
+                traced.len()
+            );
+            return;
+        };
+        let cuts = [
+            t0,
+            step.called,
+            step.entered,
+            step.waited,
+            step.queued,
+            step.synced,
+            step.returned,
+            t1,
+        ];
+        for k in 0..7 {
+            host[k].push(ms(cuts[k + 1] - cuts[k]));
+        }
+        host[7].push(ms(t1 - t0));
+        let mut total = 0.0;
+        let mut mine: Vec<(&'static str, f64)> = Vec::new();
+        for &(label, t) in &step.gpu {
+            total += t;
+            match mine.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, sum)) => *sum += t,
+                None => mine.push((label, t)),
+            }
+        }
+        chain.push(total);
+        for (label, t) in mine {
+            match kinds.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, v)) => v.push(t),
+                None => kinds.push((label, vec![t])),
+            }
+        }
+    }
+    let [before, buffers, entry, queue, exit, loss, after, wall] = host.map(median);
+    let chain = median(chain);
+    println!(
+        "timeline medians (ms): to the path {before:.4}, buffers {buffers:.4}, entry wait \
+         (with the chunks' setup) {entry:.4}, queueing {queue:.4}, exit wait {exit:.4}, loss {loss:.4}, after {after:.4}; \
+         wall {wall:.4}; stream {chain:.4}, wall less stream {:.4}",
+        wall - chain
+    );
+    let kinds: Vec<String> = kinds
+        .into_iter()
+        .filter(|(label, _)| *label != "start")
+        .map(|(label, v)| format!("{label} {:.4}", median(v)))
+        .collect();
+    println!("timeline stream by operation (ms): {}", kinds.join(", "));
 }
 
 /// Where a step's wall time goes, as medians over `steps` steps (ms): the host returning from
