@@ -64,8 +64,8 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
                 tracked::<B, C>(x, weight, bias, targets, kernels, extras.predictions);
             (loss, HeadExtraOutputs::predictions(predictions))
         } else if let Some(terms) = streamed_unweighted::<B, C>(&x, &weight, options, extras) {
-            // A logit scale or a softcap alone, streamed: the plain step's route, the terms
-            // in its row kernel, no row weight built.
+            // A logit scale, a softcap or a z-loss alone, streamed: the plain step's route,
+            // the terms in its row kernel, no row weight built.
             let kernels = options.kernels();
             let predict = extras.predictions;
             let (loss, predictions) =
@@ -237,7 +237,7 @@ fn untracked<B: FusedHeadBackend>(
     untracked_with_terms::<B>([x, weight, bias], labels, kernels, predict, terms)
 }
 
-/// [`untracked`] under `terms` (a logit scale and a softcap at most).
+/// [`untracked`] under `terms` (a logit scale, a softcap and a z-loss at most).
 fn untracked_with_terms<B: FusedHeadBackend>(
     [x, weight, bias]: [FloatTensor<B>; 3],
     labels: IntTensor<B>,
@@ -250,8 +250,8 @@ fn untracked_with_terms<B: FusedHeadBackend>(
     (out.loss, out.predictions)
 }
 
-/// The terms of `options` where they are the plain loss's but for a logit scale and a
-/// softcap (no statistics asked for) and B streams the step (gradients in the forward pass,
+/// The terms of `options` where they are the plain loss's but for a logit scale, a softcap
+/// and a z-loss (no statistics asked for) and B streams the step (gradients in the forward pass,
 /// X of rank 2): the plain route takes them, with no row weight ([`HeadStep::terms`]).
 /// `None` elsewhere (the options' route).
 fn streamed_unweighted<B: FusedHeadBackend, C: CheckpointStrategy>(
@@ -262,7 +262,7 @@ fn streamed_unweighted<B: FusedHeadBackend, C: CheckpointStrategy>(
 ) -> Option<RowTerms> {
     let shape = x.primitive.shape();
     let classes = weight.primitive.shape()[0];
-    (options.is_plain_but_scale_and_softcap()
+    (options.is_plain_but_logit_terms()
         && !extras.token_stats
         && shape.num_dims() == 2
         && streams::<B>(options, shape[0], shape[1], classes))
@@ -271,7 +271,7 @@ fn streamed_unweighted<B: FusedHeadBackend, C: CheckpointStrategy>(
 
 /// The tracked op where B computes the gradients in the forward pass: the backward step scales
 /// them by the upstream gradient `g` `[1]` (the loss is a scalar, so `d(g loss) = g d(loss)`).
-/// `terms`: the plain ones, or a logit scale and a softcap (no row weight needed).
+/// `terms`: the plain ones, or a logit scale, a softcap and a z-loss (no row weight needed).
 fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
     weight: FloatTensor<Autodiff<B, C>>,

@@ -104,13 +104,14 @@ pub struct HeadStep<B: Backend> {
     pub row_weights: Option<FloatTensor<B>>,
     /// The logit scale, softcap and z-loss, and whether to give each row's statistics
     /// ([`RowTerms`]; its activation is not read, `kernels`' is; its smoothing must be 0).
-    /// A z-loss and the statistics need `row_weights`; a logit scale and a softcap do not
-    /// (without, the loss is the mean of the rows' cross-entropy of the logits `H` the
-    /// softmax sees). The loss rows stay
-    /// the cross-entropy's of the logits `H` the softmax sees; the caller adds the z-term
+    /// The statistics need `row_weights`; a logit scale, a softcap and a z-loss do not
+    /// (without, the loss is the mean over the rows of the cross-entropy of the logits `H`
+    /// the softmax sees plus `zeta lse[r]^2`). With `row_weights`, the loss rows stay the
+    /// cross-entropy's of the logits `H` the softmax sees; the caller adds the z-term
     /// `zeta lse[r]^2` from [`HeadStepOutput::token_stats`].
     pub terms: RowTerms,
-    /// With a z-loss, each row's weight of its z-term `[B]` (the row weights' dtype): the
+    /// With row weights and a z-loss, each row's weight of its z-term `[B]` (the row
+    /// weights' dtype; not read without row weights): the
     /// gradients are those of `sum_r rho[r] loss[r] + z_weights[r] zeta lse[r]^2` (`keep[r]`
     /// times the row's upstream gradient: the z-term is not class-weighted).
     pub z_weights: Option<FloatTensor<B>>,
@@ -175,7 +176,8 @@ pub struct HeadStepOutput<B: Backend> {
     /// argmax of `s act(X W^T + b)` (s the terms' logit scale, 1 without), the first class of
     /// the row's largest value (a row with a NaN gets an unspecified class; its loss is NaN).
     pub predictions: Option<IntTensor<B>>,
-    /// With a z-loss or [`RowTerms::token_stats`] in the step's terms, each row's statistics
+    /// With row weights and a z-loss or [`RowTerms::token_stats`] in the step's terms (the
+    /// statistics need row weights; an unweighted z-loss gives none), each row's statistics
     /// in the loss rows' dtype: its log-sum-exp, entropy, and the log-probability of its
     /// target, `-loss[r]` (on every row: the caller masks the ignored ones).
     pub token_stats: Option<HeadTokenStats<B>>,
@@ -772,18 +774,19 @@ pub(crate) fn streams<B: FusedHeadBackend>(
     options.epsilon() == 0.0 && B::head_gradients_in_forward(batch, inputs, classes)
 }
 
-/// Panics unless `terms` may go without row weights: a z-loss and the statistics need them.
+/// Panics unless `terms` may go without row weights: the statistics need them.
 pub(crate) fn unweighted_terms(op: &str, terms: &RowTerms) {
     assert!(terms.smoothing == 0.0, "{op}: smoothing does not stream");
     assert!(
         terms.go_unweighted(),
-        "{op}: a z-loss or the statistics need row weights"
+        "{op}: the statistics need row weights"
     );
 }
 
-/// [`FusedHeadBackend::head_step`] without row weights under a logit scale or a softcap,
-/// where no kernel takes them so: the step with each row's weight `1/B` (the gradients of the
-/// mean), its loss the mean of the rows in [`reduce`]'s fixed order, in X's dtype.
+/// [`FusedHeadBackend::head_step`] without row weights under a logit scale, a softcap or a
+/// z-loss, where no kernel takes them so: the step with each row's weight `1/B` (the
+/// gradients of the mean; the z-term's weight too), its loss the mean of the rows
+/// (`ce + zeta lse^2`) in [`reduce`]'s fixed order, in X's dtype.
 pub(crate) fn uniform_rows_step<B: FusedHeadBackend>(
     [x, weight, bias]: [FloatTensor<B>; 3],
     targets: IntTensor<B>,
@@ -793,9 +796,18 @@ pub(crate) fn uniform_rows_step<B: FusedHeadBackend>(
     let (batch, dtype) = (x.shape()[0], x.dtype());
     let options = (&B::float_device(&x), sums_dtype(dtype));
     let rho = Tensor::<B, 1>::full([batch], 1.0 / batch as f64, options);
-    let step = step.with_row_weights(rho.into_primitive().tensor());
+    let zeta = step.terms.z_loss;
+    let mut step = step.with_row_weights(rho.clone().into_primitive().tensor());
+    if zeta != 0.0 {
+        step = step.with_z_weights(rho.into_primitive().tensor());
+    }
     let out = B::head_step(x, weight, bias, targets, step, kernels);
-    let rows = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(out.loss));
+    let mut rows = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(out.loss));
+    if zeta != 0.0 {
+        let stats = out.token_stats.expect("head_step: a z-loss's statistics");
+        let lse = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(stats.log_sum_exp));
+        rows = rows + lse.cast(options.1).powi_scalar(2) * zeta as f64;
+    }
     let count = Tensor::<B, 1>::full([1], batch as f64, options);
     let loss = reduce(rows, Some(count), crate::options::HeadReduction::Mean).cast(dtype);
     HeadStepOutput {

@@ -420,12 +420,12 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
                 .into_iter()
                 .map(|shape| (shape, float_dtype)),
         );
-        // Each row's log-sum-exp, target log-probability and entropy.
-        let stats = terms.wants_stats();
+        // Each row's log-sum-exp, target log-probability and entropy (with row weights only).
+        let weighted = row_weights.is_some();
+        let stats = weighted && terms.wants_stats();
         if stats {
             outputs.extend([(); 3].map(|_| (Shape::new([batch]), sums)));
         }
-        let weighted = row_weights.is_some();
         let z_weighted = z_weights.is_some();
         let mut tensors = vec![x, weight, bias, targets];
         tensors.extend(row_weights);

@@ -169,18 +169,17 @@ impl HeadOptions {
     /// class weights, no smoothing, the mean, no logit scale, softcap or z-loss), the op's
     /// fused kernels' own semantics.
     pub fn is_plain(&self) -> bool {
-        self.is_plain_but_scale_and_softcap() && !self.has_logit_terms()
+        self.is_plain_but_logit_terms() && !self.has_logit_terms()
     }
 
-    /// Whether the loss is the plain mean cross-entropy over every row but for a logit scale
-    /// and a softcap (no z-loss): the terms the streamed path takes without row weights.
-    pub(crate) fn is_plain_but_scale_and_softcap(&self) -> bool {
+    /// Whether the loss is the plain mean cross-entropy over every row but for a logit scale,
+    /// a softcap and a z-loss: the terms the streamed path takes without row weights.
+    pub(crate) fn is_plain_but_logit_terms(&self) -> bool {
         self.ignore_index.is_none()
             && self.pad_tokens.as_ref().is_none_or(|t| t.is_empty())
             && self.class_weights.is_none()
             && self.smoothing.is_none_or(|e| e == 0.0)
             && self.reduction == HeadReduction::Mean
-            && self.z_loss.is_none_or(|z| z == 0.0)
     }
 
     /// Whether a logit scale, a softcap or a z-loss is set (the op's own fused kernels do not
@@ -361,9 +360,9 @@ impl RowTerms {
         self.logit_scale == 1.0 && self.softcap.is_none() && !self.wants_stats()
     }
 
-    /// Whether a step may take these terms without row weights: a logit scale and a softcap
-    /// at most (no smoothing, z-loss or statistics). See [`crate::HeadStep::terms`].
+    /// Whether a step may take these terms without row weights: a logit scale, a softcap and
+    /// a z-loss at most (no smoothing or statistics). See [`crate::HeadStep::terms`].
     pub(crate) fn go_unweighted(&self) -> bool {
-        self.smoothing == 0.0 && !self.wants_stats()
+        self.smoothing == 0.0 && !self.token_stats
     }
 }

@@ -150,8 +150,8 @@ fn check_with_gain<B: FusedHeadBackend>(
                 gate("entropy", &got.entropy, &want.entropy),
             ],
         );
-        // The same without the statistics: a logit scale and a softcap alone then take the
-        // plain route where the backend streams (no row weight built).
+        // The same without the statistics: a logit scale, a softcap and a z-loss alone then
+        // take the plain route where the backend streams (no row weight built).
         let got = ours_without_stats::<B>(device, data, &loss, &u);
         assert_gates(
             &format!("{context}, {act:?}, without the statistics"),

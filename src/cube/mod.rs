@@ -113,9 +113,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                 }
             }
             None => {
-                // A logit scale or a softcap: the streamed path takes them without row
-                // weights (its loss the mean, as the plain step's); elsewhere each row weighs
-                // 1/B.
+                // A logit scale, a softcap or a z-loss: the streamed path takes them without
+                // row weights (its loss the mean, as the plain step's, the z-term in each
+                // row's loss); elsewhere each row weighs 1/B.
                 unweighted_terms(op, &step.terms);
                 let terms = step.terms;
                 if native::<R, F>(op, [&inputs[0], &inputs[1], &inputs[2]])
@@ -445,7 +445,7 @@ fn native<R: CubeRuntime, F: FloatElement>(
 }
 
 /// The streamed path's row weights `rho` (none: each row weighs `1/B` and the loss is the
-/// mean, for a logit scale and a softcap alone), the z-weights, the LM terms.
+/// mean, for a logit scale, a softcap and a z-loss alone), the z-weights, the LM terms.
 struct Weights<R: CubeRuntime> {
     rho: Option<CubeTensor<R>>,
     z: Option<CubeTensor<R>>,

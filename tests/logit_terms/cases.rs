@@ -40,9 +40,9 @@ fn a_softcap_bounds_the_logits_and_its_gradient_stays_exact_when_saturated() {
 }
 
 #[test]
-fn a_step_takes_a_logit_scale_and_a_softcap_without_row_weights() {
-    // `FusedHeadBackend::head_step` with the two terms and no row weights (the route the op
-    // takes for them alone where the backend streams): the mean's loss and gradients, against
+fn a_step_takes_the_logit_terms_without_row_weights() {
+    // `FusedHeadBackend::head_step` with a logit scale, a softcap and a z-loss and no row
+    // weights (the route the op takes for them alone where the backend streams): the mean's loss and gradients, against
     // the formula for a unit upstream gradient. C = 40 streams on the CubeCL backends with no
     // row weight at all; C = 5 and the other backends weigh each row 1/B.
     let device = device();
@@ -59,6 +59,7 @@ fn a_step_takes_a_logit_scale_and_a_softcap_without_row_weights() {
                 .with_wanted(HeadWanted::ALL)
                 .with_terms(RowTerms {
                     softcap: Some(2.5),
+                    z_loss: 0.1,
                     ..RowTerms::new(HeadActivation::Relu)
                 }),
             HeadOptions::new().kernels(),
@@ -72,14 +73,25 @@ fn a_step_takes_a_logit_scale_and_a_softcap_without_row_weights() {
         assert!(dw.iter().all(|v| *v == 0.0), "B = 0: dW {dw:?}");
 
         let d = data(26, 13, 8, classes, &[]);
-        for act in [HeadActivation::Identity, HeadActivation::Relu] {
+        // (logit scale, softcap, z-loss): the two terms, the z-loss alone, all three.
+        let sets = [
+            (0.75, Some(2.5), 0.0),
+            (1.0, None, 0.1),
+            (0.75, Some(2.5), 0.05),
+        ];
+        for ((scale, cap, zeta), act) in sets
+            .into_iter()
+            .flat_map(|t| [HeadActivation::Identity, HeadActivation::Relu].map(|a| (t, a)))
+        {
             let options = HeadOptions::new()
                 .with_activation(act)
-                .with_logit_scale(Some(0.75))
-                .with_softcap(Some(2.5));
+                .with_logit_scale((scale != 1.0).then_some(scale))
+                .with_softcap(cap)
+                .with_z_loss((zeta != 0.0).then_some(zeta));
             let terms = RowTerms {
-                logit_scale: 0.75,
-                softcap: Some(2.5),
+                logit_scale: scale,
+                softcap: cap,
+                z_loss: zeta,
                 ..RowTerms::new(act)
             };
             let (x, w, b, labels) = d.tensors::<B>(&device, DType::F32);
@@ -99,7 +111,8 @@ fn a_step_takes_a_logit_scale_and_a_softcap_without_row_weights() {
             let read = |t: Option<_>| to_f64(Tensor::<B, 2>::from_primitive(float(t.unwrap())));
             assert_gates(
                 &format!(
-                    "head_step, scale and softcap without row weights, C = {classes}, {act:?}"
+                    "head_step without row weights, C = {classes}, {act:?}, scale {scale}, \
+                     softcap {cap:?}, z-loss {zeta}"
                 ),
                 &[
                     gate(

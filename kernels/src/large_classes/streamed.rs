@@ -28,10 +28,11 @@ fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: boo
     if softcap {
         let u = v * inv_cap;
         let e = F::exp(F::new(-2.0) * F::abs(u));
-        let one_e = F::new(1.0) + e;
-        let t = (F::new(1.0) - e) / one_e;
+        // One division for both (f32's IEEE division is the costliest step here).
+        let r = F::new(1.0) / (F::new(1.0) + e);
+        let t = (F::new(1.0) - e) * r;
         h = cap * select(u < F::new(0.0), -t, t);
-        slope = scale * (F::new(4.0) * e / (one_e * one_e));
+        slope = scale * (F::new(4.0) * e * r * r);
     }
     (h, slope)
 }
@@ -58,9 +59,11 @@ fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: boo
 ///
 /// The logits the softmax sees are `H = s act(Z)` (`scale` s, 1 for none: a product by 1 is
 /// exact), capped at `cap` where `softcap` ([`capped`]); dZ carries `dH/dA`. With `z_loss`,
-/// the gradient of `z_weights[first + row] zeta lse^2` joins dZ (the z-term is not
-/// class-weighted, so it has its own row weight); the loss written is the cross-entropy's
-/// alone, and `stats` is on too (the host adds `zeta lse^2` to the row's loss). With `stats`,
+/// the gradient of the row's z-term `zeta lse^2` joins dZ. With `weighted`, the z-term has
+/// its own row weight `z_weights[first + row]` (it is not class-weighted), the loss written
+/// is the cross-entropy's alone, and `stats` is on too (the host adds `zeta lse^2` to the
+/// row's loss). Without, the z-term weighs `1 / B` as the rest of the row does, the loss
+/// written is `ce + zeta lse^2`, and `z_weights` is never touched. With `stats`,
 /// also `lse[first + row]` and `entropy[first + row] = ln d - sum_c e_c (H_c - m) / d`
 /// (`e_c = exp(H_c - m)`), the latter a second fixed-order tree after the loss's. Tensors an
 /// option leaves off are never touched.
@@ -182,8 +185,13 @@ pub fn streamed_rows<F: Float, E: Float, L: Int, N: Size>(
 
     // 4. The loss.
     let nan = F::cast_from(nan);
+    let zeta = F::cast_from(zeta);
     if unit == 0 {
-        loss[first + row] = row_loss::<F>(m, d, picked, valid, nan);
+        let mut l = row_loss::<F>(m, d, picked, valid, nan);
+        if z_loss && !weighted {
+            l += zeta * log_sum_exp * log_sum_exp;
+        }
+        loss[first + row] = l;
         if predict {
             predictions[first + row] = L::cast_from(predicted);
         }
@@ -199,10 +207,15 @@ pub fn streamed_rows<F: Float, E: Float, L: Int, N: Size>(
     } else {
         F::new(1.0) / F::cast_from(batch)
     };
-    // The z-term's gradient 2 zeta lse p, times the row's z-weight.
+    // The z-term's gradient 2 zeta lse p, times the row's z-weight (`1 / B` unweighted).
     let mut z_scale = F::new(0.0);
     if z_loss {
-        z_scale = F::new(2.0) * F::cast_from(zeta) * log_sum_exp * z_weights[first + row];
+        let z_weight = if weighted {
+            z_weights[first + row]
+        } else {
+            row_scale
+        };
+        z_scale = F::new(2.0) * zeta * log_sum_exp * z_weight;
     }
     let mut spread = F::new(0.0); // sum_c e_c (H_c - m), with `stats`
     let mut j = unit;

@@ -517,7 +517,7 @@ fn row_kernel<R: CubeRuntime>(
         weighted: chunk.weighted,
         softcap: chunk.terms.softcap.is_some(),
         z_loss: chunk.terms.z_loss != 0.0,
-        stats: chunk.terms.wants_stats(),
+        stats: chunk.stats,
     };
     let load = match chunk.x.dtype {
         DType::BF16 => by_label_type!("head_step", chunk.labels.dtype, load_rows::<bf16>),

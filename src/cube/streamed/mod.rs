@@ -248,8 +248,8 @@ pub(super) struct Settings {
 }
 
 /// The loss `[1]` (or the per-row losses `[B]`), the gradients, (where asked for) the
-/// predictions `[B]`, and (with a z-loss or the statistics) each row's log-sum-exp and entropy
-/// `[B]` (f32) of one call.
+/// predictions `[B]`, and (with row weights and a z-loss or the statistics) each row's
+/// log-sum-exp and entropy `[B]` (f32) of one call.
 pub(super) type LossAndGradients<R, F, I, BT> = (
     CubeTensor<R>,
     HeadGradients<CubeBackend<R, F, I, BT>>,
@@ -277,10 +277,11 @@ pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
 /// labels are checked by the caller; B > 0 and I > 0. The float inputs are f32 (then `F` is
 /// f32), or bf16 where [`half_available`] says so.
 ///
-/// With the LM terms of `settings.terms` (row weights required with a z-loss): the loss rows
-/// are the cross-entropy's of the scaled and capped logits, the z-term's gradient joins with
-/// each row's `z_weights[r]` (`[B]`, f32), and the statistics `[lse, entropy]` come back for
-/// the caller to add `zeta lse^2` and to give them.
+/// With the LM terms of `settings.terms` (row weights required with the statistics): the
+/// loss rows are the cross-entropy's of the scaled and capped logits. With row weights, the
+/// z-term's gradient joins with each row's `z_weights[r]` (`[B]`, f32), and the statistics
+/// `[lse, entropy]` come back for the caller to add `zeta lse^2` and to give them. Without,
+/// the z-term weighs `1 / B` and is in the mean (`z_weights` unread).
 pub(super) fn loss_and_gradients<
     R: CubeRuntime,
     F: FloatElement,
@@ -351,15 +352,20 @@ pub(super) fn loss_and_gradients<
     };
     let z_loss = terms.z_loss != 0.0;
     assert!(
-        !z_loss || (weighted && z_weights.is_some()),
-        "the streamed z-loss needs row weights and z-weights"
+        !z_loss || !weighted || z_weights.is_some(),
+        "the streamed z-loss with row weights needs z-weights"
+    );
+    assert!(
+        weighted || !terms.token_stats,
+        "the streamed statistics need row weights"
     );
     let z_weights = match z_weights {
-        Some(w) if z_loss => contiguous(w),
+        Some(w) if z_loss && weighted => contiguous(w),
         _ => empty_of::<R>(&x, [1], sums),
     };
     // Each row's log-sum-exp and entropy [B] (f32), or one element each never written.
-    let stats = terms.wants_stats();
+    // Unweighted, the z-term is in the row's loss and needs none.
+    let stats = weighted && terms.wants_stats();
     let [lse, entropy] = [(); 2].map(|_| empty_of::<R>(&x, [if stats { batch } else { 1 }], sums));
     let launch_rows = match dtype {
         DType::BF16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16>),
@@ -379,6 +385,7 @@ pub(super) fn loss_and_gradients<
         row_weights: &row_weights,
         weighted,
         z_weights: &z_weights,
+        stats,
         lse: &lse,
         entropy: &entropy,
         terms,
@@ -453,10 +460,14 @@ struct Chunk<'a, R: CubeRuntime> {
     /// With `weighted`, each row's dZ scale `[B]` (f32), else one element never read.
     row_weights: &'a CubeTensor<R>,
     weighted: bool,
-    /// With a z-loss, each row's z-term weight `[B]` (f32), else one element never read.
+    /// With a z-loss and `weighted`, each row's z-term weight `[B]` (f32), else one element
+    /// never read.
     z_weights: &'a CubeTensor<R>,
-    /// With [`RowTerms::wants_stats`], each row's log-sum-exp and entropy `[B]` (f32), else one element
-    /// each never written.
+    /// With `weighted` and [`RowTerms::wants_stats`]: the row kernel writes each row's
+    /// statistics.
+    stats: bool,
+    /// With `stats`, each row's log-sum-exp and entropy `[B]` (f32), else one element each
+    /// never written.
     lse: &'a CubeTensor<R>,
     entropy: &'a CubeTensor<R>,
     /// The LM terms (see [`Settings::terms`]).
@@ -558,8 +569,8 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     // the labels are contiguous; the vector width divides C and P, b and dz_half start on a
     // whole vector (`row_vector`); rows first..first + n of the labels and the losses exist;
     // with `half`, dz_half (or its view at the chunk's rows) holds n x C elements; with `weighted`, the row weights are [B] f32
-    // (checked by the caller) and contiguous; with a z-loss so are the z-weights; with the
-    // statistics, lse and entropy are [B].
+    // (checked by the caller) and contiguous; with a z-loss and `weighted` so are the
+    // z-weights; with the statistics, lse and entropy are [B].
     let terms = chunk.terms;
     let dz_half = chunk.dz_half_rows(first, p.shape()[0]);
     unsafe {
@@ -591,7 +602,7 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
             chunk.weighted,
             terms.softcap.is_some(),
             terms.z_loss != 0.0,
-            terms.wants_stats(),
+            chunk.stats,
         );
     }
 }
