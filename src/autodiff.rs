@@ -184,11 +184,14 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
     }
 
     let (x_shape, classes) = (x.primitive.shape(), weight.primitive.shape()[0]);
-    // f16 keeps no dH: `(p - onehot) / B` falls below f16's range at any large B (the step
-    // computes the gradients in the forward pass, in f32 on the CubeCL backends).
-    let f16 = x.primitive.dtype() == burn::tensor::DType::F16;
+    // Half-precision inputs keep no dH: f16's `(p - onehot) / B` falls below its range at any
+    // large B, and bf16's rounded dH would be the backward's operand. The step computes the
+    // gradients in the forward pass (in f32 on the CubeCL backends; at C <= 32 on CUDA with X
+    // read once per pass in its own type).
+    use burn::tensor::DType;
+    let half = matches!(x.primitive.dtype(), DType::F16 | DType::BF16);
     if x_shape.num_dims() == 2
-        && (f16 || B::head_gradients_in_forward(x_shape[0], x_shape[1], classes))
+        && (half || B::head_gradients_in_forward(x_shape[0], x_shape[1], classes))
     {
         let terms = RowTerms::new(kernels.activation);
         return gradients_in_forward::<B, C>(x, weight, bias, labels, kernels, predict, terms);

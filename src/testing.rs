@@ -53,6 +53,20 @@ pub fn whole_batch_dz_steps() -> u64 {
     }
 }
 
+/// How many training steps of this process at C <= 32 read bf16 or f16 X natively (CUDA:
+/// the small-C kernels on X in its own type); 0 elsewhere.
+pub fn half_small_class_steps() -> u64 {
+    #[cfg(feature = "cube")]
+    {
+        let steps = &crate::cube::streamed::routes::SWITCHES.half_small;
+        steps.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        0
+    }
+}
+
 /// How many streamed steps of this process ran on one GPU timeline (CUDA with cuBLASLt, the
 /// row kernel on cuBLASLt's stream); 0 elsewhere.
 pub fn one_timeline_steps() -> u64 {

@@ -1,7 +1,8 @@
 //! bf16 and f16 tensors on CUDA: the training step through autodiff against Burn's stock
 //! autodiff on NdArray in f64 on the same (rounded) inputs, under the bound
 //! `gates::half_slack` derives from each format; the same bits on every call; the predicted
-//! classes. Both activations; C <= 32 (the f32 kernels on the inputs as f32) and C > 32 (the
+//! classes. Both activations; C <= 32 (the small-C kernels reading X in its own type) and
+//! C > 32 (the
 //! native streamed path on cuBLASLt), with chunks of a few rows, an odd I (operands at 2-byte
 //! offsets), a prime B and an upstream gradient; and rows ignored under `HeadOptions`.
 //!
@@ -39,7 +40,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// (B, I, C, chunk elements): C <= 32 (no streamed path); one chunk at C = 33; chunks of 13
+/// (B, I, C, chunk elements): C <= 32 (no streamed path: the plane layout of the forward, and
+/// at B = 16411 its row layout; vectors of 4 elements of X, and of 1 at I = 37); one chunk at C = 33; chunks of 13
 /// rows over a prime B at C = 1000 and 1002; an odd I (each chunk's X rows start at a 2-byte
 /// offset) in chunks of 3 rows; the crate's own rule at C = 4099; C = 65540 (cubes of 1024
 /// units) in one chunk. The row kernel reads 4 classes at a time at C = 1000, 260 and 65540,
@@ -55,6 +57,8 @@ const SHAPES: &[(usize, usize, usize, usize)] = &[
     (61, 40, 130, 130 * 7),
     (256, 128, 4099, 0),
     (3, 8, 65540, 0),
+    (16411, 20, 7, 0),
+    (67, 37, 32, 0),
 ];
 
 /// Loss and gradients of `scale * head` in `dtype` on `B` against the f64 reference on the same
@@ -95,12 +99,19 @@ fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
     let device = CudaDevice::default();
     for &shape in SHAPES {
         let whole = burn_fused_head::testing::whole_batch_dz_steps();
+        let native = burn_fused_head::testing::half_small_class_steps();
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
             check::<FusionBf16>(&device, DType::BF16, shape, activation, 1.0);
         }
         check::<RawBf16>(&device, DType::BF16, shape, HeadActivation::Relu, 0.5);
-        // The tests of this file run one at a time (`serial`): the count is these calls'.
+        // The tests of this file run one at a time (`serial`): the counts are these calls'.
         let (batch, inputs, classes, _) = shape;
+        let small = burn_fused_head::testing::half_small_class_steps() - native;
+        let expected = if classes <= 32 { 3 } else { 0 };
+        assert_eq!(
+            small, expected,
+            "{shape:?}: steps that read bf16 X natively at C <= 32"
+        );
         let kept = burn_fused_head::testing::whole_batch_dz_steps() - whole;
         let expected = if classes > 32 && batch <= 2 * inputs {
             3
@@ -114,8 +125,8 @@ fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
     }
 }
 
-/// f16 runs the f32 kernels on the inputs as f32 and never rounds dZ to f16 (it would leave
-/// f16's range at large B): within the f16 bound at every C, on f16 backends and on f32 ones
+/// f16 runs the f32 kernels (at C <= 32 on X as it is) and never rounds dZ to f16 (it would
+/// leave f16's range at large B): within the f16 bound at every C, on f16 backends and on f32 ones
 /// given f16 tensors. B = 4096 at C = 1000: a dZ of `p / B` far below f16's smallest subnormal
 /// for most classes, which a rounded dZ would zero.
 #[test]
@@ -123,11 +134,18 @@ fn f16_training_step_is_within_the_f16_bound_of_the_f64_reference() {
     let _serial = serial();
     let device = CudaDevice::default();
     for &shape in SHAPES.iter().chain(&[(4096, 32, 1000, 0)]) {
+        let native = burn_fused_head::testing::half_small_class_steps();
         for activation in [HeadActivation::Relu, HeadActivation::Identity] {
             check::<FusionF16>(&device, DType::F16, shape, activation, 1.0);
         }
         check::<RawF16>(&device, DType::F16, shape, HeadActivation::Relu, 0.5);
         check::<FusionF32>(&device, DType::F16, shape, HeadActivation::Identity, 1.0);
+        let small = burn_fused_head::testing::half_small_class_steps() - native;
+        let expected = if shape.2 <= 32 { 4 } else { 0 };
+        assert_eq!(
+            small, expected,
+            "{shape:?}: steps that read f16 X natively at C <= 32"
+        );
     }
 }
 

@@ -19,8 +19,11 @@
 //!   operands accumulating in f32 (see [`super::streamed`]). Its memory: P's f32 chunk buffer,
 //!   a chunk buffer of dZ in bf16 (half P's size), and dW and db in f32 until they are rounded
 //!   at the end (`4 C (I + 1)` bytes).
-//! - Everything else (C <= 32, the forward and backward halves, the logits, the stage
-//!   methods, and every method on wgpu or where cuBLASLt does not load) converts the float
+//! - The training step at C <= 32 (`head_step`) on bf16 and f16 inputs on CUDA runs the
+//!   small-C kernels on X as it is, widened to f32 as it is loaded, dX written in X's type
+//!   (`small_classes::half_step`); W and b are widened to f32, Z and dH stay f32.
+//! - Everything else (the forward and backward halves, the logits, the stage methods, and
+//!   every method on wgpu or, at C > 32, where cuBLASLt does not load) converts the float
 //!   inputs to f32, runs the f32 kernels and rounds the float outputs to the inputs' type. The
 //!   saved `Z` and `dH` of `head_forward` are rounded too, as any bf16 tensor is. The
 //!   precision is `Exact` there whatever `HeadPrecision` says (it applies to f32 tensors).

@@ -53,9 +53,10 @@ fn as_is<F: FloatElement>(op: &str, dtypes: &[DType]) -> bool {
     F::dtype() == DType::F32 && dtypes[0] == DType::F32
 }
 
-/// The streamed step on bf16 inputs, natively where cuBLASLt runs it and C > 32; else (f16
-/// inputs always) the f32 impl on the inputs as f32 ([`half::loss_and_gradients`]). Also f32
-/// inputs on a backend whose float is not f32.
+/// The streamed step on bf16 inputs, natively where cuBLASLt runs it and C > 32; the small-C
+/// kernels on bf16 and f16 inputs read natively on CUDA at C <= 32
+/// ([`small_classes::half_step`]); else (f16 inputs at C > 32) the f32 impl on the inputs as
+/// f32 ([`half::loss_and_gradients`]). Also f32 inputs on a backend whose float is not f32.
 fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     op: &str,
     inputs: [CubeTensor<R>; 4],
@@ -69,6 +70,14 @@ fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
         && let Some(out) = streamed_step::<R, F, I, BT>(op, &inputs, wanted, kernels, predict, None)
     {
         return out;
+    }
+    let [x, weight, bias, labels] = &inputs;
+    if matches!(x.dtype, DType::BF16 | DType::F16)
+        && weight.shape()[0] <= SMALL_CLASSES
+        && small_classes::half_native(x)
+    {
+        check_with_labels::<R>(op, x, weight, bias, labels);
+        return small_classes::half_step::<R, F, I, BT>(op, inputs, wanted, kernels, predict);
     }
     half::loss_and_gradients::<R, F, I, BT>(inputs, wanted, kernels, predict)
 }
@@ -273,7 +282,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let tf32 = use_tf32(kernels.precision, &x);
             large_classes::forward::<R, F>(op, x, weight, bias, labels, tf32, kernels.relu())
         } else {
-            small_classes::forward::<R, F>(op, x, weight, bias, labels, kernels.relu())
+            small_classes::forward::<R, F, F>(op, x, weight, bias, labels, kernels.relu())
         };
         start_queued::<R>(&loss.device);
         HeadForward { loss, z, dh }
@@ -317,7 +326,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             let tf32 = use_tf32(kernels.precision, &x);
             large_classes::backward(x, weight, z, dh, grad_loss, wanted, tf32, kernels.relu())
         } else {
-            small_classes::backward(x, weight, z, dh, grad_loss, wanted, kernels.relu())
+            small_classes::backward::<R, F, F, I, BT>(
+                x,
+                weight,
+                z,
+                dh,
+                grad_loss,
+                wanted,
+                kernels.relu(),
+            )
         };
         start_queued::<R>(&device);
         grads

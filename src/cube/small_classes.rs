@@ -17,7 +17,11 @@ use super::launch::{
     CUBE_UNITS, by_label_type, contiguous, empty, mean_of_parts, partial_sum, partial_sum_pair,
     vector_size,
 };
-use crate::backend::{HeadGradients, HeadWanted};
+use burn::tensor::{DType, Tensor, bf16, f16};
+
+use super::half::{Full, up};
+use super::launch::cast;
+use crate::backend::{HeadGradients, HeadWanted, KernelOptions, RowTerms, predictions_of};
 
 /// From this batch size on, the forward and logits run one unit per row ([`RowForward`]);
 /// below, one plane per group of rows ([`PlaneForward`]). Tuning: measured on the H200 at
@@ -127,7 +131,9 @@ impl PlaneForward {
 }
 
 /// The forward: `(loss [1], Z [B, C], dH [B, C])` for contiguous-able X, W, b and labels.
-pub(super) fn forward<R: CubeRuntime, F: FloatElement>(
+/// X is of type `E` (`F`, or bf16 and f16 read natively, [`half_native`]); the rest and the
+/// outputs of `F`.
+pub(super) fn forward<R: CubeRuntime, F: FloatElement, E: FloatElement>(
     op: &str,
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
@@ -142,24 +148,24 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement>(
         contiguous(bias),
         contiguous(labels),
     );
-    let z = empty::<R>(&x, [batch, classes]); // [B, C]
-    let dh = empty::<R>(&x, [batch, classes]); // [B, C]
+    let z = empty::<R>(&weight, [batch, classes]); // [B, C]
+    let dh = empty::<R>(&weight, [batch, classes]); // [B, C]
     if batch == 0 {
         // No rows: the mean over nothing is 0 / 0 = NaN, as stage 2 and the mean give.
-        let none = empty::<R>(&x, [0]);
+        let none = empty::<R>(&weight, [0]);
         return (mean_of_parts::<R, F>(none, 0), z, dh);
     }
     let inputs4 = [&x, &weight, &bias, &labels];
     if let Some(rows) = RowForward::new(batch, inputs, classes) {
-        let loss = empty::<R>(&x, [rows.cubes]); // the loss sums per cube
-        let launch = by_label_type!(op, labels.dtype, launch_forward_rows::<R, F>);
+        let loss = empty::<R>(&weight, [rows.cubes]); // the loss sums per cube
+        let launch = by_label_type!(op, labels.dtype, launch_forward_rows::<R, F, E>);
         launch(inputs4, [&z, &dh, &loss], classes, &rows, relu);
         return (mean_of_parts::<R, F>(loss, batch), z, dh);
     }
     let planes = PlaneForward::new(batch, inputs, classes);
     // The loss sums per cube [cubes], or with one cube the mean itself [1].
-    let loss = empty::<R>(&x, [planes.cubes]);
-    let launch = by_label_type!(op, labels.dtype, launch_forward_planes::<R, F>);
+    let loss = empty::<R>(&weight, [planes.cubes]);
+    let launch = by_label_type!(op, labels.dtype, launch_forward_planes::<R, F, E>);
     launch(inputs4, [&z, &dh, &loss], classes, &planes, relu);
     let loss = if planes.mean {
         loss
@@ -170,7 +176,7 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement>(
 }
 
 /// `forward_rows` for labels of type `L`: inputs X, W, b, labels; outputs Z, dH, loss.
-fn launch_forward_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
+fn launch_forward_rows<R: CubeRuntime, F: FloatElement, E: FloatElement, L: IntElement>(
     [x, weight, bias, labels]: [&CubeTensor<R>; 4],
     [z, dh, loss]: [&CubeTensor<R>; 3],
     classes: usize,
@@ -181,7 +187,7 @@ fn launch_forward_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
     // tensors are contiguous with the shapes it reads them by, the vector width divides I, and
     // `loss` has one element per cube.
     unsafe {
-        kernels::forward::forward_rows::launch_unchecked::<F, L, R>(
+        kernels::forward::forward_rows::launch_unchecked::<F, E, L, R>(
             &x.client,
             CubeCount::new_1d(rows.cubes as u32),
             CubeDim::new_1d(rows.rows as u32),
@@ -203,7 +209,7 @@ fn launch_forward_rows<R: CubeRuntime, F: FloatElement, L: IntElement>(
 }
 
 /// `forward_planes` for labels of type `L`: inputs X, W, b, labels; outputs Z, dH, loss.
-fn launch_forward_planes<R: CubeRuntime, F: FloatElement, L: IntElement>(
+fn launch_forward_planes<R: CubeRuntime, F: FloatElement, E: FloatElement, L: IntElement>(
     [x, weight, bias, labels]: [&CubeTensor<R>; 4],
     [z, dh, loss]: [&CubeTensor<R>; 3],
     classes: usize,
@@ -214,7 +220,7 @@ fn launch_forward_planes<R: CubeRuntime, F: FloatElement, L: IntElement>(
     // tensors are contiguous with the shapes it reads them by, the vector width divides I, and
     // `loss` has one element per cube.
     unsafe {
-        kernels::forward::forward_planes::launch_unchecked::<F, L, R>(
+        kernels::forward::forward_planes::launch_unchecked::<F, E, L, R>(
             &x.client,
             CubeCount::new_1d(planes.cubes as u32),
             CubeDim::new_1d(planes.units()),
@@ -338,8 +344,15 @@ impl BackwardGeometry {
 }
 
 /// The backward: stages 3 to 6 in one kernel (dX, and per-chunk partial dW and db), then the
-/// chunks' sums in order, for the wanted gradients only.
-pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+/// chunks' sums in order, for the wanted gradients only. X and dX are of type `E` (`F`, or
+/// bf16 and f16 read and written natively, [`half_native`]); the rest, dW and db of `F`.
+pub(super) fn backward<
+    R: CubeRuntime,
+    F: FloatElement,
+    E: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
     x: CubeTensor<R>,
     weight: CubeTensor<R>,
     z: CubeTensor<R>,
@@ -359,13 +372,13 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
     let geometry = BackwardGeometry::new(batch, inputs, classes);
     let chunks = geometry.chunks;
     let dx = empty::<R>(&x, if wanted.x { [batch, inputs] } else { [1, 1] });
-    let dw_part = empty::<R>(&x, [chunks, classes, inputs]); // [P, C, I]
-    let db_part = empty::<R>(&x, [chunks, classes]); // [P, C]
+    let dw_part = empty::<R>(&weight, [chunks, classes, inputs]); // [P, C, I]
+    let db_part = empty::<R>(&weight, [chunks, classes]); // [P, C]
     if chunks > 0 {
         // SAFETY: every access of the kernel is guarded (see its docs); the tensors are
         // contiguous with the shapes it reads them by, and N divides I.
         unsafe {
-            kernels::backward::backward::launch_unchecked::<F, R>(
+            kernels::backward::backward::launch_unchecked::<F, E, R>(
                 &x.client,
                 CubeCount::new_2d(geometry.col_tiles as u32, chunks as u32),
                 CubeDim::new_1d(geometry.units),
@@ -404,3 +417,91 @@ pub(super) fn backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolE
         bias,
     }
 }
+
+/// Whether the small-C kernels read and write X's half type (bf16, f16) natively on `x`'s
+/// runtime: CUDA. Elsewhere (wgpu) half-precision inputs go through the f32 impl.
+pub(super) fn half_native<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        (x as &dyn std::any::Any)
+            .downcast_ref::<CubeTensor<cubecl::cuda::CudaRuntime>>()
+            .is_some()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = x;
+        false
+    }
+}
+
+/// The training step at C <= 32 on bf16 or f16 inputs where [`half_native`]: the forward and
+/// backward kernels read X in its own type, widened to f32 as it is loaded (one read of X per
+/// pass, no f32 copy of it), and write dX in it; W and b are widened to f32 (`C (I + 1)`
+/// values), Z and dH stay f32 between the kernels (never rounded), dW and db are summed in
+/// f32 and rounded once, the loss too. The f32 impl's arithmetic on the same values: its
+/// results up to the outputs' rounding.
+pub(super) fn half_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: &str,
+    [x, weight, bias, labels]: [CubeTensor<R>; 4],
+    wanted: HeadWanted,
+    kernels: KernelOptions,
+    predict: bool,
+) -> super::streamed::LossAndGradients<R, F, I, BT> {
+    #[cfg(feature = "testing")]
+    super::streamed::routes::SWITCHES
+        .half_small
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (dtype, relu) = (x.dtype, kernels.relu());
+    let (weight, bias) = (up(weight), up(bias));
+    let label_dtype = labels.dtype;
+    let (step_forward, step_backward) = match dtype {
+        DType::BF16 => (
+            forward::<R, f32, bf16> as Forward<R>,
+            backward::<R, f32, bf16, I, BT> as Backward<R, I, BT>,
+        ),
+        DType::F16 => (
+            forward::<R, f32, f16> as Forward<R>,
+            backward::<R, f32, f16, I, BT> as Backward<R, I, BT>,
+        ),
+        other => panic!("{op}: no native half-precision step for {other:?}"),
+    };
+    let (loss, z, dh) = step_forward(op, x.clone(), weight.clone(), bias, labels, relu);
+    let predictions = predict.then(|| {
+        let terms = RowTerms::new(kernels.activation);
+        predictions_of::<Full<R, I, BT>>(z.clone(), terms, label_dtype)
+    });
+    let gradients = if wanted.any() {
+        let one = Tensor::<Full<R, I, BT>, 1>::ones([1], (&loss.device, DType::F32));
+        let one = one.into_primitive().tensor();
+        let g = step_backward(x, weight, z, dh, one, wanted, relu);
+        HeadGradients {
+            x: g.x,
+            weight: g.weight.map(|t| cast(t, dtype)),
+            bias: g.bias.map(|t| cast(t, dtype)),
+        }
+    } else {
+        HeadGradients::none()
+    };
+    (cast(loss, dtype), gradients, predictions, None)
+}
+
+/// [`forward`] for one pair of types.
+type Forward<R> = fn(
+    &str,
+    CubeTensor<R>,
+    CubeTensor<R>,
+    CubeTensor<R>,
+    CubeTensor<R>,
+    bool,
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>);
+
+/// [`backward`] for one pair of types (f32 sums).
+type Backward<R, I, BT> = fn(
+    CubeTensor<R>,
+    CubeTensor<R>,
+    CubeTensor<R>,
+    CubeTensor<R>,
+    CubeTensor<R>,
+    HeadWanted,
+    bool,
+) -> HeadGradients<CubeBackend<R, f32, I, BT>>;

@@ -1,7 +1,9 @@
 //! Fused backward for a small number of classes: stages 3, 4, 5 and 6 in one kernel, reading
 //! each row of X once.
 //!
-//! X [B, I], W [C, I], Z and dH [B, C], g [1] (the upstream gradient); writes dX [B, I] (when
+//! X [B, I] and dX (of type `E`: f32, or bf16 and f16, widened to `F` as X is loaded and
+//! rounded as dX is written), W [C, I], Z and dH [B, C], g [1] (the upstream gradient) of
+//! `F`; writes dX [B, I] (when
 //! `write_dx`) and, per chunk of rows, partial sums of dW [P, C, I] and db [P, C], which
 //! `partial_sum_pair` adds in chunk order afterwards (deterministic, no atomics; with one chunk
 //! they are dW and db). All contiguous; X, W, dX and dW are read and written as vectors of N
@@ -26,8 +28,8 @@ use crate::activation::activation_grad;
 /// This unit's vectors of X of rows `r0 + first ..` (`group` of them; zeros past `rows_here`
 /// rows or for a unit past I's vectors).
 #[cube]
-fn load_rows<F: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
+fn load_rows<F: Float, E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
     xs: &mut Array<Vector<F, N>>,
     r0: usize,
     first: usize,
@@ -41,20 +43,20 @@ fn load_rows<F: Float, N: Size>(
     for u in 0..group {
         let mut v = Vector::<F, N>::empty().fill(F::new(0.0));
         if first + u < rows_here && live {
-            v = x[(r0 + first + u) * vectors + col];
+            v = Vector::<F, N>::cast_from(x[(r0 + first + u) * vectors + col]);
         }
         xs[u] = v;
     }
 }
 
 #[cube(launch_unchecked)]
-pub fn backward<F: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
+pub fn backward<F: Float, E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
     w: &Tensor<Vector<F, N>>,
     z: &Tensor<F>,
     dh: &Tensor<F>,
     g: &Tensor<F>,
-    dx: &mut Tensor<Vector<F, N>>,
+    dx: &mut Tensor<Vector<E, N>>,
     dw_part: &mut Tensor<Vector<F, N>>,
     db_part: &mut Tensor<F>,
     rows_per_chunk: u32,
@@ -119,11 +121,11 @@ pub fn backward<F: Float, N: Size>(
         // X of `group` rows in registers, every load issued before the first use, and the next
         // group's loads issued before this group's sums.
         let mut xs = Array::<Vector<F, N>>::new(group);
-        load_rows::<F, N>(x, &mut xs, r0, 0, rows_here, col, live, group);
+        load_rows::<F, E, N>(x, &mut xs, r0, 0, rows_here, col, live, group);
         let mut rr = 0;
         while rr < rows_here {
             let mut next = Array::<Vector<F, N>>::new(group);
-            load_rows::<F, N>(x, &mut next, r0, rr + group, rows_here, col, live, group);
+            load_rows::<F, E, N>(x, &mut next, r0, rr + group, rows_here, col, live, group);
             #[unroll]
             for u in 0..group {
                 if rr + u < rows_here {
@@ -144,7 +146,7 @@ pub fn backward<F: Float, N: Size>(
                             acc[c] += dv * xv;
                         }
                         if write_dx {
-                            dx[row * vectors + col] = s;
+                            dx[row * vectors + col] = Vector::<E, N>::cast_from(s);
                         }
                     }
                 }

@@ -2,7 +2,8 @@
 //! two layouts, and the per-row logits `Z = X W^T + b`, `H = act(Z)` from them.
 //!
 //! X [B, I], W [C, I], b [C]; all contiguous, X and W read as vectors of N elements (N divides
-//! I). C and the row counts are compile-time: the partial sums are unrolled register arrays,
+//! I). X is of type `E` (the inputs' float: f32, or bf16 and f16, widened to `F` as it is
+//! loaded), everything else of `F`. C and the row counts are compile-time: the partial sums are unrolled register arrays,
 //! so these helpers are for small C only (the host uses them up to C = 32).
 //!
 //! - Planes ([`lane_partials`], then [`plane_logits`]): one plane owns `rows` consecutive rows
@@ -32,8 +33,8 @@ use crate::activation::activation;
 /// vectors `l, l + P, ...`, `steps` segments of each row loaded before any is used. Rows past B
 /// read row B - 1 (valid memory).
 #[cube]
-pub fn lane_partials<F: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
+pub fn lane_partials<F: Float, E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
     w: &Tensor<Vector<F, N>>,
     first: usize,
     acc: &mut Array<F>,
@@ -62,7 +63,7 @@ pub fn lane_partials<F: Float, N: Size>(
                 let row = select(first + r < batch, first + r, batch - 1);
                 let mut v = Vector::<F, N>::empty().fill(F::new(0.0));
                 if cu < vectors {
-                    v = x[row * vectors + cu];
+                    v = Vector::<F, N>::cast_from(x[row * vectors + cu]);
                 }
                 xs[u * rows + r] = v;
             }
@@ -125,8 +126,8 @@ pub fn pick<F: Float>(values: &Array<F>, mine: usize, #[comptime] classes: usize
 /// This unit's `depth` vectors of the X tile at column vector `k0` into `tile` (unit u takes
 /// vectors u, u + rows, ... of the cube's tile; zeros past B or I).
 #[cube]
-pub fn load_x_tile<F: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
+pub fn load_x_tile<F: Float, E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
     tile: &mut Array<Vector<F, N>>,
     k0: usize,
     #[comptime] rows: usize,
@@ -144,7 +145,7 @@ pub fn load_x_tile<F: Float, N: Size>(
         let k = j % depth;
         let mut v = zero;
         if row < batch && k0 + k < vectors {
-            v = x[row * vectors + k0 + k];
+            v = Vector::<F, N>::cast_from(x[row * vectors + k0 + k]);
         }
         tile[t] = v;
     }
@@ -154,8 +155,8 @@ pub fn load_x_tile<F: Float, N: Size>(
 /// cube must call it (it has barriers). The next X tile's loads are issued before the current
 /// tile's sums (registers hold it meanwhile).
 #[cube]
-pub fn row_dots<F: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
+pub fn row_dots<F: Float, E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
     w: &Tensor<Vector<F, N>>,
     acc: &mut Array<F>,
     #[comptime] classes: usize,
@@ -173,7 +174,7 @@ pub fn row_dots<F: Float, N: Size>(
     for c in 0..classes {
         acc[c] = F::new(0.0);
     }
-    load_x_tile::<F, N>(x, &mut tile, 0, rows, depth);
+    load_x_tile::<F, E, N>(x, &mut tile, 0, rows, depth);
     let mut k0 = 0;
     // Uniform over the cube: every unit meets every barrier.
     while k0 < vectors {
@@ -198,7 +199,7 @@ pub fn row_dots<F: Float, N: Size>(
         sync_cube();
         // The next X tile's loads, in flight during this tile's sums.
         if k0 + depth < vectors {
-            load_x_tile::<F, N>(x, &mut tile, k0 + depth, rows, depth);
+            load_x_tile::<F, E, N>(x, &mut tile, k0 + depth, rows, depth);
         }
         // 3. This unit's row: the tile's columns in order.
         #[unroll]

@@ -1,6 +1,7 @@
 //! The fused small-C forward: stages 1 and 2 in one kernel, reading each row of X once.
 //!
-//! X [B, I], W [C, I], b [C], labels [B]; writes Z [B, C], dH [B, C] and the loss: per cube,
+//! X [B, I] (of type `E`: f32, or bf16 and f16 widened to `F` as they are loaded), W [C, I],
+//! b [C], labels [B]; writes Z [B, C], dH [B, C] and the loss: per cube,
 //! the sum of its rows' losses (`loss` [cubes], added by `mean_loss`), or with `mean` (a launch
 //! of one cube) the batch mean itself (`loss` [1]). H is not written: the backward pass needs Z
 //! and dH only. All contiguous; X and W are read as vectors of N elements (N divides I).
@@ -29,8 +30,8 @@ pub const MAX_PLANES: usize = 256;
 /// The plane layout: one plane owns `rows` consecutive rows at a time, strided over every plane
 /// of the launch; lane `c` writes class `c` (in turns of P classes).
 #[cube(launch_unchecked)]
-pub fn forward_planes<F: Float, N: Size, L: Int>(
-    x: &Tensor<Vector<F, N>>,
+pub fn forward_planes<F: Float, E: Float, N: Size, L: Int>(
+    x: &Tensor<Vector<E, N>>,
     w: &Tensor<Vector<F, N>>,
     b: &Tensor<F>,
     labels: &Tensor<L>,
@@ -61,7 +62,7 @@ pub fn forward_planes<F: Float, N: Size, L: Int>(
     while first < batch {
         // 1. Lane partials of the rows * C dot products.
         let mut acc = Array::<F>::new(rows * classes);
-        lane_partials::<F, N>(x, w, first, &mut acc, classes, rows, steps);
+        lane_partials::<F, E, N>(x, w, first, &mut acc, classes, rows, steps);
 
         // 2. Per row: the plane's sums, bias, activation, then the softmax cross-entropy on C values
         //    in registers.
@@ -120,8 +121,8 @@ pub fn forward_planes<F: Float, N: Size, L: Int>(
 /// The row layout: a cube of `rows` units owns rows `CUBE_POS * rows ..`, one unit per row;
 /// the loss per cube is the sum of its rows' losses in row order (`loss` [cubes]).
 #[cube(launch_unchecked)]
-pub fn forward_rows<F: Float, N: Size, L: Int>(
-    x: &Tensor<Vector<F, N>>,
+pub fn forward_rows<F: Float, E: Float, N: Size, L: Int>(
+    x: &Tensor<Vector<E, N>>,
     w: &Tensor<Vector<F, N>>,
     b: &Tensor<F>,
     labels: &Tensor<L>,
@@ -140,7 +141,7 @@ pub fn forward_rows<F: Float, N: Size, L: Int>(
     let nan = F::cast_from(nan);
     let inv_batch = F::new(1.0) / F::cast_from(batch);
     let mut acc = Array::<F>::new(classes);
-    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth);
+    row_dots::<F, E, N>(x, w, &mut acc, classes, rows, depth);
 
     let mut row_loss_here = F::new(0.0);
     if row < batch {

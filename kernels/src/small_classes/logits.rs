@@ -36,7 +36,7 @@ pub fn logits_planes<F: Float, N: Size>(
     let mut first = (CUBE_POS * planes_per_cube + plane) * rows;
     while first < batch {
         let mut acc = Array::<F>::new(rows * classes);
-        lane_partials::<F, N>(x, w, first, &mut acc, classes, rows, steps);
+        lane_partials::<F, F, N>(x, w, first, &mut acc, classes, rows, steps);
         #[unroll]
         for r in 0..rows {
             let row = first + r;
@@ -72,7 +72,7 @@ pub fn logits_rows<F: Float, N: Size>(
     let batch = x.shape(0);
     let row = CUBE_POS * rows + UNIT_POS as usize;
     let mut acc = Array::<F>::new(classes);
-    row_dots::<F, N>(x, w, &mut acc, classes, rows, depth);
+    row_dots::<F, F, N>(x, w, &mut acc, classes, rows, depth);
     if row < batch {
         #[unroll]
         for c in 0..classes {

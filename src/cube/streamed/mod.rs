@@ -170,6 +170,9 @@ pub(crate) mod routes {
         pub one_timeline: AtomicU64,
         /// Steps in the whole-batch dZ mode ([`crate::testing::whole_batch_dz_steps`]).
         pub whole_batch: AtomicU64,
+        /// Small-C steps on half-precision X read natively
+        /// ([`crate::testing::half_small_class_steps`]).
+        pub half_small: AtomicU64,
     }
 
     pub(crate) static SWITCHES: Switches = Switches {
@@ -177,6 +180,7 @@ pub(crate) mod routes {
         dw_as_stored: AtomicBool::new(false),
         one_timeline: AtomicU64::new(0),
         whole_batch: AtomicU64::new(0),
+        half_small: AtomicU64::new(0),
     };
 }
 
