@@ -65,12 +65,11 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
             (loss, HeadExtraOutputs::predictions(predictions))
         } else if let Some(terms) = streamed_unweighted::<B, C>(&x, &weight, options, extras) {
             // A logit scale, a softcap or a z-loss alone, streamed: the plain step's route,
-            // the terms in its row kernel, no row weight built.
+            // the terms in its row kernel, no row weight built (with the statistics, each row
+            // weighs 1/B: `HeadStep::terms`).
             let kernels = options.kernels();
             let predict = extras.predictions;
-            let (loss, predictions) =
-                gradients_in_forward::<B, C>(x, weight, bias, targets, kernels, predict, terms);
-            (loss, HeadExtraOutputs::predictions(predictions))
+            gradients_in_forward::<B, C>(x, weight, bias, targets, kernels, predict, terms)
         } else {
             with_options::<B, C>([x, weight, bias], targets, options, extras)
         };
@@ -194,7 +193,9 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
         && (half || B::head_gradients_in_forward(x_shape[0], x_shape[1], classes))
     {
         let terms = RowTerms::new(kernels.activation);
-        return gradients_in_forward::<B, C>(x, weight, bias, labels, kernels, predict, terms);
+        let (loss, extras) =
+            gradients_in_forward::<B, C>(x, weight, bias, labels, kernels, predict, terms);
+        return (loss, extras.predictions);
     }
 
     // Compute bound: keep Z and dH from the forward pass rather than recompute the GEMM
@@ -237,26 +238,40 @@ fn untracked<B: FusedHeadBackend>(
     predict: bool,
 ) -> (FloatTensor<B>, Option<IntTensor<B>>) {
     let terms = RowTerms::new(kernels.activation);
-    untracked_with_terms::<B>([x, weight, bias], labels, kernels, predict, terms)
+    let (loss, outputs) =
+        untracked_with_terms::<B>([x, weight, bias], labels, kernels, predict, terms);
+    (loss, outputs.predictions)
 }
 
-/// [`untracked`] under `terms` (a logit scale, a softcap and a z-loss at most).
+/// [`untracked`] under `terms` (a logit scale, a softcap and a z-loss at most, and the
+/// statistics): the loss, the predictions and the statistics where asked for.
 fn untracked_with_terms<B: FusedHeadBackend>(
     [x, weight, bias]: [FloatTensor<B>; 3],
     labels: IntTensor<B>,
     kernels: KernelOptions,
     predict: bool,
     terms: RowTerms,
-) -> (FloatTensor<B>, Option<IntTensor<B>>) {
+) -> (FloatTensor<B>, HeadExtraOutputs<B>) {
     let step = HeadStep::loss().with_predictions(predict).with_terms(terms);
     let out = B::head_step(x, weight, bias, labels, step, kernels);
-    (out.loss, out.predictions)
+    (out.loss, extra_outputs(out.predictions, out.token_stats))
+}
+
+/// The extras of a plain-route step.
+fn extra_outputs<B: FusedHeadBackend>(
+    predictions: Option<IntTensor<B>>,
+    token_stats: Option<HeadTokenStats<B>>,
+) -> HeadExtraOutputs<B> {
+    HeadExtraOutputs {
+        predictions,
+        token_stats,
+    }
 }
 
 /// The terms of `options` where they are the plain loss's but for a logit scale, a softcap
-/// and a z-loss (no statistics asked for) and B streams the step (gradients in the forward pass,
-/// X of rank 2): the plain route takes them, with no row weight ([`HeadStep::terms`]).
-/// `None` elsewhere (the options' route).
+/// and a z-loss (the statistics asked for or not) and B streams the step (gradients in the
+/// forward pass, X of rank 2): the plain route takes them, with no row weight
+/// ([`HeadStep::terms`]). `None` elsewhere (the options' route).
 fn streamed_unweighted<B: FusedHeadBackend, C: CheckpointStrategy>(
     x: &FloatTensor<Autodiff<B, C>>,
     weight: &FloatTensor<Autodiff<B, C>>,
@@ -266,15 +281,15 @@ fn streamed_unweighted<B: FusedHeadBackend, C: CheckpointStrategy>(
     let shape = x.primitive.shape();
     let classes = weight.primitive.shape()[0];
     (options.is_plain_but_logit_terms()
-        && !extras.token_stats
         && shape.num_dims() == 2
         && streams::<B>(options, shape[0], shape[1], classes))
-    .then(|| options.row_terms(false))
+    .then(|| options.row_terms(extras.token_stats))
 }
 
 /// The tracked op where B computes the gradients in the forward pass: the backward step scales
 /// them by the upstream gradient `g` `[1]` (the loss is a scalar, so `d(g loss) = g d(loss)`).
-/// `terms`: the plain ones, or a logit scale, a softcap and a z-loss (no row weight needed).
+/// `terms`: the plain ones, or a logit scale, a softcap and a z-loss (no row weight needed),
+/// and the statistics. Returns the loss and the extras asked for.
 fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
     weight: FloatTensor<Autodiff<B, C>>,
@@ -283,10 +298,15 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
     kernels: KernelOptions,
     predict: bool,
     terms: RowTerms,
-) -> (FloatTensor<Autodiff<B, C>>, Option<IntTensor<B>>) {
+) -> (FloatTensor<Autodiff<B, C>>, HeadExtraOutputs<B>) {
     let wanted = wanted([&x, &weight, &bias].map(|t| !t.node.requirement.is_none()));
+    // Where B streams the step (large dW), the backward step reads g and skips the scaling
+    // at 1; elsewhere (half-precision inputs at C <= 32: dW is C x I) it always scales, with
+    // no wait for the step.
+    let (shape, classes) = (x.primitive.shape(), weight.primitive.shape()[0]);
+    let read_one = B::head_gradients_in_forward(shape[0], shape[1], classes);
     // The gradients are the state: never recomputed (that would be the whole op again).
-    match ScaleGradients
+    match (ScaleGradients { read_one })
         .prepare::<C>([x.node.clone(), weight.node.clone(), bias.node.clone()])
         .compute_bound()
         .stateful()
@@ -298,13 +318,13 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
                 .with_predictions(predict)
                 .with_terms(terms);
             let out = B::head_step(x, weight, bias, labels, step, kernels);
-            (prep.finish(out.gradients, out.loss), out.predictions)
+            let extras = extra_outputs(out.predictions, out.token_stats);
+            (prep.finish(out.gradients, out.loss), extras)
         }
         OpsKind::UnTracked(prep) => {
             let inputs = [x.primitive, weight.primitive, bias.primitive];
-            let (loss, predictions) =
-                untracked_with_terms::<B>(inputs, labels, kernels, predict, terms);
-            (prep.finish(loss), predictions)
+            let (loss, extras) = untracked_with_terms::<B>(inputs, labels, kernels, predict, terms);
+            (prep.finish(loss), extras)
         }
     }
 }
@@ -312,7 +332,12 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
 /// The backward step of a call whose gradients were computed in the forward pass, for a unit
 /// upstream gradient: scale them by the upstream gradient `g` `[1]` and register them.
 #[derive(Debug)]
-struct ScaleGradients;
+struct ScaleGradients {
+    /// Read g first and register the gradients as they are where it is 1 (a plain
+    /// `loss.backward()`): a wait for the work queued before, which spares a pass over dW
+    /// where dW is large. Without, always scale (`grad * 1` is `grad`, bit for bit).
+    read_one: bool,
+}
 
 impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
     /// dX, dW and db for a unit upstream gradient, those of the tracked inputs.
@@ -326,7 +351,7 @@ impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
     ) {
         let (parents, _) = parents_of(&ops);
         let grad_loss = grads.consume::<B>(&ops.node); // [1]
-        if is_one::<B>(&grad_loss) {
+        if self.read_one && is_one::<B>(&grad_loss) {
             // A plain `loss.backward()`: `grad * 1` is `grad`, bit for bit; the scaling
             // would read and write dW ([C, I]) once more.
             register::<B>(grads, parents, ops.state, |g| g);
@@ -437,7 +462,7 @@ fn with_options<B: FusedHeadBackend, C: CheckpointStrategy>(
         };
     }
 
-    match ScaleGradients
+    match (ScaleGradients { read_one: true })
         .prepare::<C>(nodes)
         .compute_bound()
         .stateful()

@@ -104,9 +104,9 @@ pub struct HeadStep<B: Backend> {
     pub row_weights: Option<FloatTensor<B>>,
     /// The logit scale, softcap and z-loss, and whether to give each row's statistics
     /// ([`RowTerms`]; its activation is not read, `kernels`' is; its smoothing must be 0).
-    /// The statistics need `row_weights`; a logit scale, a softcap and a z-loss do not
-    /// (without, the loss is the mean over the rows of the cross-entropy of the logits `H`
-    /// the softmax sees plus `zeta lse[r]^2`). With `row_weights`, the loss rows stay the
+    /// None of them needs `row_weights`: without, the loss is the mean over the rows of the
+    /// cross-entropy of the logits `H` the softmax sees plus `zeta lse[r]^2`, and the
+    /// statistics come back where asked for. With `row_weights`, the loss rows stay the
     /// cross-entropy's of the logits `H` the softmax sees; the caller adds the z-term
     /// `zeta lse[r]^2` from [`HeadStepOutput::token_stats`].
     pub terms: RowTerms,
@@ -176,8 +176,8 @@ pub struct HeadStepOutput<B: Backend> {
     /// argmax of `s act(X W^T + b)` (s the terms' logit scale, 1 without), the first class of
     /// the row's largest value (a row with a NaN gets an unspecified class; its loss is NaN).
     pub predictions: Option<IntTensor<B>>,
-    /// With row weights and a z-loss or [`RowTerms::token_stats`] in the step's terms (the
-    /// statistics need row weights; an unweighted z-loss gives none), each row's statistics
+    /// With [`RowTerms::token_stats`] in the step's terms, or row weights and a z-loss (an
+    /// unweighted z-loss alone gives none), each row's statistics
     /// in the loss rows' dtype: its log-sum-exp, entropy, and the log-probability of its
     /// target, `-loss[r]` (on every row: the caller masks the ignored ones).
     pub token_stats: Option<HeadTokenStats<B>>,
@@ -531,8 +531,9 @@ pub trait FusedHeadBackend: Backend {
         kernels: KernelOptions,
     ) -> HeadStepOutput<Self> {
         match step.row_weights {
-            // The terms change nothing on an empty batch (NaN mean, zero gradients).
-            None if step.terms.is_plain() || x.shape()[0] == 0 => {
+            // The terms change nothing on an empty batch (NaN mean, zero gradients); the
+            // statistics are still given (empty).
+            None if step.terms.is_plain() || (x.shape()[0] == 0 && !step.terms.token_stats) => {
                 unweighted_terms("head_step", &step.terms);
                 forward_then_backward::<Self>(
                     [x, weight, bias],
@@ -774,19 +775,16 @@ pub(crate) fn streams<B: FusedHeadBackend>(
     options.epsilon() == 0.0 && B::head_gradients_in_forward(batch, inputs, classes)
 }
 
-/// Panics unless `terms` may go without row weights: the statistics need them.
+/// Panics unless `terms` may go without row weights (smoothing needs them).
 pub(crate) fn unweighted_terms(op: &str, terms: &RowTerms) {
-    assert!(terms.smoothing == 0.0, "{op}: smoothing does not stream");
-    assert!(
-        terms.go_unweighted(),
-        "{op}: the statistics need row weights"
-    );
+    assert!(terms.go_unweighted(), "{op}: smoothing does not stream");
 }
 
-/// [`FusedHeadBackend::head_step`] without row weights under a logit scale, a softcap or a
-/// z-loss, where no kernel takes them so: the step with each row's weight `1/B` (the
-/// gradients of the mean; the z-term's weight too), its loss the mean of the rows
-/// (`ce + zeta lse^2`) in [`reduce`]'s fixed order, in X's dtype.
+/// [`FusedHeadBackend::head_step`] without row weights under a logit scale, a softcap, a
+/// z-loss or the statistics, where no kernel takes them so: the step with each row's weight
+/// `1/B` (the gradients of the mean; the z-term's weight too), its loss the mean of the rows
+/// (`ce + zeta lse^2`) in [`reduce`]'s fixed order, in X's dtype, and the statistics where
+/// asked for.
 pub(crate) fn uniform_rows_step<B: FusedHeadBackend>(
     [x, weight, bias]: [FloatTensor<B>; 3],
     targets: IntTensor<B>,
@@ -796,7 +794,7 @@ pub(crate) fn uniform_rows_step<B: FusedHeadBackend>(
     let (batch, dtype) = (x.shape()[0], x.dtype());
     let options = (&B::float_device(&x), sums_dtype(dtype));
     let rho = Tensor::<B, 1>::full([batch], 1.0 / batch as f64, options);
-    let zeta = step.terms.z_loss;
+    let (zeta, token_stats) = (step.terms.z_loss, step.terms.token_stats);
     let mut step = step.with_row_weights(rho.clone().into_primitive().tensor());
     if zeta != 0.0 {
         step = step.with_z_weights(rho.into_primitive().tensor());
@@ -804,8 +802,12 @@ pub(crate) fn uniform_rows_step<B: FusedHeadBackend>(
     let out = B::head_step(x, weight, bias, targets, step, kernels);
     let mut rows = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(out.loss));
     if zeta != 0.0 {
-        let stats = out.token_stats.expect("head_step: a z-loss's statistics");
-        let lse = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(stats.log_sum_exp));
+        let stats = out
+            .token_stats
+            .as_ref()
+            .expect("head_step: a z-loss's statistics");
+        let lse = stats.log_sum_exp.clone();
+        let lse = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(lse));
         rows = rows + lse.cast(options.1).powi_scalar(2) * zeta as f64;
     }
     let count = Tensor::<B, 1>::full([1], batch as f64, options);
@@ -814,7 +816,7 @@ pub(crate) fn uniform_rows_step<B: FusedHeadBackend>(
         loss: loss.into_primitive().tensor(),
         gradients: out.gradients,
         predictions: out.predictions,
-        token_stats: None,
+        token_stats: out.token_stats.filter(|_| token_stats),
     }
 }
 

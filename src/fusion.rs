@@ -422,7 +422,7 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         );
         // Each row's log-sum-exp, target log-probability and entropy (with row weights only).
         let weighted = row_weights.is_some();
-        let stats = weighted && terms.wants_stats();
+        let stats = terms.token_stats || (weighted && terms.wants_stats());
         if stats {
             outputs.extend([(); 3].map(|_| (Shape::new([batch]), sums)));
         }

@@ -360,9 +360,9 @@ impl RowTerms {
         self.logit_scale == 1.0 && self.softcap.is_none() && !self.wants_stats()
     }
 
-    /// Whether a step may take these terms without row weights: a logit scale, a softcap and
-    /// a z-loss at most (no smoothing or statistics). See [`crate::HeadStep::terms`].
+    /// Whether a step may take these terms without row weights: a logit scale, a softcap, a
+    /// z-loss and the statistics (no smoothing). See [`crate::HeadStep::terms`].
     pub(crate) fn go_unweighted(&self) -> bool {
-        self.smoothing == 0.0 && !self.token_stats
+        self.smoothing == 0.0
     }
 }

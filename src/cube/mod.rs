@@ -109,8 +109,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         let (wanted, predict) = (step.wanted, step.predictions);
         let inputs = [x, weight, bias, targets];
         match step.row_weights {
-            // The terms change nothing on an empty batch (NaN mean, zero gradients).
-            None if step.terms.is_plain() || inputs[0].shape()[0] == 0 => {
+            // The terms change nothing on an empty batch (NaN mean, zero gradients); the
+            // statistics are still given (empty).
+            None if step.terms.is_plain()
+                || (inputs[0].shape()[0] == 0 && !step.terms.token_stats) =>
+            {
                 unweighted_terms(op, &step.terms);
                 let (loss, gradients, predictions, _) =
                     training_step::<R, F, I, BT>(op, inputs, wanted, kernels, predict);
@@ -127,7 +130,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                 // row's loss); elsewhere each row weighs 1/B.
                 unweighted_terms(op, &step.terms);
                 let terms = step.terms;
-                if native::<R, F>(op, [&inputs[0], &inputs[1], &inputs[2]])
+                // The statistics take the row-weighted step (each row 1/B).
+                if !terms.token_stats
+                    && native::<R, F>(op, [&inputs[0], &inputs[1], &inputs[2]])
                     && let Some((loss, gradients, predictions, _)) = streamed_step::<R, F, I, BT>(
                         op,
                         &inputs,

@@ -3,7 +3,8 @@
 //!
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
 //!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA] [--softcap CAP]
-//!     [--logit-scale S] [--host-ordered] [--dw-as-stored] [--memory] [--timeline]
+//!     [--logit-scale S] [--token-stats] [--host-ordered] [--dw-as-stored] [--memory]
+//!     [--timeline]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -15,6 +16,8 @@
 //! the streamed path's chunk budget to N elements (`HeadOptions::chunk_elements`; the path's
 //! rule otherwise). `--z-loss ZETA`, `--softcap CAP` and `--logit-scale S` add the LM terms
 //! (`HeadOptions::{z_loss, softcap, logit_scale}`): their cost beside the plain step's.
+//! `--token-stats` asks for each row's statistics too
+//! (`fused_linear_cross_entropy_with_token_stats`; they are computed and dropped).
 //! `--host-ordered` orders cuBLASLt's stream and CubeCL's from the host, per chunk, in place of
 //! one GPU timeline (`burn_fused_head::testing::host_ordered`): the two routes side by side.
 //! `--dw-as-stored` computes TF32 dW from X as stored, not from its transposed chunk
@@ -31,6 +34,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
 use burn_fused_head::{
     FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, fused_linear_cross_entropy,
+    fused_linear_cross_entropy_with_token_stats,
 };
 use burn_fused_head_testing::reference::HeadData;
 
@@ -77,6 +81,11 @@ fn head<B: FusedHeadBackend>(
     }
     if let Some(s) = value_of("--logit-scale") {
         options = options.with_logit_scale(Some(s.parse().expect("--logit-scale S: a number")));
+    }
+    if flag("--token-stats") {
+        let (loss, _stats) =
+            fused_linear_cross_entropy_with_token_stats(x, w, Some(b), labels, &options);
+        return loss;
     }
     fused_linear_cross_entropy(x, w, Some(b), labels, &options)
 }
