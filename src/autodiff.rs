@@ -11,8 +11,8 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::tensor::TensorMetadata;
 use burn::tensor::ops::{BoolTensor, FloatTensor, IntTensor};
+use burn::tensor::{DType, TensorMetadata};
 
 use crate::backend::{
     FusedHeadBackend, HeadExtraOutputs, HeadExtras, HeadGradients, HeadLimits, HeadStep,
@@ -35,6 +35,10 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
 
     fn head_gradients_in_forward(batch: usize, inputs: usize, classes: usize) -> bool {
         B::head_gradients_in_forward(batch, inputs, classes)
+    }
+
+    fn head_forward_state_dtype(dtype: DType, classes: usize) -> DType {
+        B::head_forward_state_dtype(dtype, classes)
     }
 
     fn head_products_in_f64() -> bool {
@@ -183,12 +187,14 @@ fn tracked<B: FusedHeadBackend, C: CheckpointStrategy>(
     }
 
     let (x_shape, classes) = (x.primitive.shape(), weight.primitive.shape()[0]);
-    // Half-precision inputs keep no dH: f16's `(p - onehot) / B` falls below its range at any
-    // large B, and bf16's rounded dH would be the backward's operand. The step computes the
-    // gradients in the forward pass (in f32 on the CubeCL backends; at C <= 32 on CUDA with X
-    // read once per pass in its own type).
-    use burn::tensor::DType;
-    let half = matches!(x.primitive.dtype(), DType::F16 | DType::BF16);
+    // Half-precision inputs keep no rounded dH: f16's `(p - onehot) / B` falls below its range
+    // at any large B, and bf16's rounded dH would be the backward's operand. Where B keeps Z
+    // and dH in f32 for them (the CubeCL backends on CUDA at C <= 32, X read once per pass in
+    // its own type), the step keeps them as for f32 inputs; elsewhere it computes the
+    // gradients in the forward pass (in f32 on the CubeCL backends).
+    let dtype = x.primitive.dtype();
+    let half = matches!(dtype, DType::F16 | DType::BF16)
+        && B::head_forward_state_dtype(dtype, classes) != DType::F32;
     if x_shape.num_dims() == 2
         && (half || B::head_gradients_in_forward(x_shape[0], x_shape[1], classes))
     {

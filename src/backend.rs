@@ -269,6 +269,19 @@ pub trait FusedHeadBackend: Backend {
         false
     }
 
+    /// The float dtype of the Z and dH that [`head_forward`](Self::head_forward) returns (and
+    /// [`head_backward`](Self::head_backward) takes) for inputs of `dtype` at C = `classes`.
+    /// The default (stock ops) is `dtype`: they are rounded to the inputs' type. The CubeCL
+    /// backends on CUDA say f32 for bf16 and f16 inputs at C <= 32, where their kernels read X
+    /// in its own type and keep Z and dH unrounded; [`Autodiff`](burn::backend::Autodiff) then
+    /// keeps them for its backward step, as it does for f32 inputs. Elsewhere half-precision
+    /// inputs keep no dH (f16's `(p - onehot) / B` falls below its range at large B): their
+    /// gradients are computed in the forward pass.
+    fn head_forward_state_dtype(dtype: DType, classes: usize) -> DType {
+        let _ = classes;
+        dtype
+    }
+
     /// Whether the stock-op bodies compute their products (Z, dW and dX) in f64 and round them
     /// once to the inputs' float type. An f32 dot product of n terms is off by up to about
     /// `n u` of the terms' magnitudes; where the logits are large (about 1e4) that error moves
@@ -453,9 +466,10 @@ pub trait FusedHeadBackend: Backend {
         prim(pairwise::sum(loss_rows) / batch as f64) // [1]
     }
 
-    /// The fused forward: stages 1 and 2 and the mean, keeping Z and dH for the backward pass.
-    /// The default runs the stages one by one, exact whatever the precision; with
-    /// [`HeadActivation::Identity`], stage 2 takes Z where it takes H.
+    /// The fused forward: stages 1 and 2 and the mean, keeping Z and dH for the backward pass
+    /// (in [`head_forward_state_dtype`](Self::head_forward_state_dtype), the loss in the
+    /// inputs' dtype). The default runs the stages one by one, exact whatever the precision;
+    /// with [`HeadActivation::Identity`], stage 2 takes Z where it takes H.
     fn head_forward(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

@@ -155,6 +155,10 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         B::head_gradients_in_forward(batch, inputs, classes)
     }
 
+    fn head_forward_state_dtype(dtype: DType, classes: usize) -> DType {
+        B::head_forward_state_dtype(dtype, classes)
+    }
+
     fn head_products_in_f64() -> bool {
         B::head_products_in_f64()
     }
@@ -330,7 +334,8 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         let (batch, _, classes) =
             crate::validate::linear_shapes("head_forward", &x.shape, &weight.shape, &bias.shape);
         let bc = Shape::new([batch, classes]);
-        let outputs = typed([Shape::new([1]), bc.clone(), bc], x.dtype);
+        let state = B::head_forward_state_dtype(x.dtype, classes);
+        let outputs = vec![(Shape::new([1]), x.dtype), (bc.clone(), state), (bc, state)];
         let inputs = vec![x, weight, bias, targets];
         let id = id_of("forward", kernels);
         let [loss, z, dh]: [_; 3] = call::<B>(id, inputs, &outputs, true, move |ins| {

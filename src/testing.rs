@@ -67,6 +67,31 @@ pub fn half_small_class_steps() -> u64 {
     }
 }
 
+/// Runs `f` with the small-C kernels loading `factor` times the f32 count of X's elements at
+/// once where X is bf16 or f16 (the row forward's tile depth, the backward's load group), in
+/// place of the crate's factor, for the benchmark's comparison. No bit changes with it (the
+/// kernels sum in the same order). Process-wide while `f` runs: callers in one process must
+/// not overlap. `factor` must be 1, 2 or 4.
+pub fn with_half_loads<T>(factor: u64, f: impl FnOnce() -> T) -> T {
+    assert!(
+        matches!(factor, 1 | 2 | 4),
+        "with_half_loads: 1, 2 or 4, got {factor}"
+    );
+    #[cfg(feature = "cube")]
+    {
+        use std::sync::atomic::Ordering;
+        let switch = &crate::cube::streamed::routes::SWITCHES.half_loads;
+        switch.store(factor, Ordering::SeqCst);
+        let out = f();
+        switch.store(0, Ordering::SeqCst);
+        out
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        f()
+    }
+}
+
 /// How many streamed steps of this process ran on one GPU timeline (CUDA with cuBLASLt, the
 /// row kernel on cuBLASLt's stream); 0 elsewhere.
 pub fn one_timeline_steps() -> u64 {

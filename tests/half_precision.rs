@@ -296,3 +296,73 @@ fn ignored_rows_give_the_step_of_the_rows_kept<
         );
     }
 }
+
+/// `head_forward` on bf16 and f16 X keeps Z and dH in the dtype
+/// `head_forward_state_dtype` names: f32 at C <= 32 (the small-C kernels read X natively, Z
+/// and dH never rounded), X's dtype at C > 32; the loss and the gradients of `head_backward`
+/// from them are in X's dtype. Raw and fused, every gradient wanted and dX alone.
+#[test]
+fn half_forward_keeps_z_and_dh_in_the_dtype_it_names() {
+    let _serial = serial();
+    state_dtypes::<burn::backend::Cuda<bf16>>(DType::BF16);
+    state_dtypes::<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, bf16, i32, u8>>(DType::BF16);
+    state_dtypes::<burn::backend::Cuda<f16>>(DType::F16);
+    state_dtypes::<burn::backend::Cuda>(DType::F16);
+}
+
+/// [`half_forward_keeps_z_and_dh_in_the_dtype_it_names`] on `B` in `dtype`.
+fn state_dtypes<B: FusedHeadBackend<Device = CudaDevice>>(dtype: DType) {
+    use burn::tensor::{Tensor, TensorMetadata};
+    use burn_fused_head::HeadOptions;
+    use burn_fused_head::backend::HeadWanted;
+    let device = CudaDevice::default();
+    for (batch, inputs, classes) in [(67, 24, 10), (16411, 20, 7), (67, 40, 33)] {
+        let state = B::head_forward_state_dtype(dtype, classes);
+        let expected = if classes <= 32 { DType::F32 } else { dtype };
+        assert_eq!(state, expected, "{dtype:?} C={classes}: the state's dtype");
+        let data = HeadData::random(17, batch, inputs, classes).rounded_to(dtype);
+        let (x, w, b, labels) = data.tensors::<B>(&device, dtype);
+        let kernels = HeadOptions::default().kernels();
+        let (xp, wp) = (x.into_primitive().tensor(), w.into_primitive().tensor());
+        let fwd = B::head_forward(
+            xp.clone(),
+            wp.clone(),
+            b.into_primitive().tensor(),
+            labels.into_primitive(),
+            kernels,
+        );
+        let context = format!("{dtype:?} B={batch} C={classes}");
+        assert_eq!(fwd.loss.dtype(), dtype, "{context}: the loss's dtype");
+        assert_eq!(fwd.z.dtype(), state, "{context}: Z's dtype");
+        assert_eq!(fwd.dh.dtype(), state, "{context}: dH's dtype");
+        let g = Tensor::<B, 1>::full([1], 0.5, (&device, dtype))
+            .into_primitive()
+            .tensor();
+        let x_only = HeadWanted {
+            x: true,
+            weight: false,
+            bias: false,
+        };
+        for wanted in [HeadWanted::ALL, x_only] {
+            let grads = B::head_backward(
+                xp.clone(),
+                wp.clone(),
+                fwd.z.clone(),
+                fwd.dh.clone(),
+                g.clone(),
+                wanted,
+                kernels,
+            );
+            let dx = grads.x.expect("dX wanted");
+            assert_eq!(dx.dtype(), dtype, "{context}: dX's dtype");
+            assert_eq!(
+                dx.shape().dims::<2>(),
+                [batch, inputs],
+                "{context}: dX's shape"
+            );
+            for t in [grads.weight, grads.bias].into_iter().flatten() {
+                assert_eq!(t.dtype(), dtype, "{context}: dW's and db's dtype");
+            }
+        }
+    }
+}

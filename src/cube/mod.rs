@@ -53,6 +53,15 @@ fn as_is<F: FloatElement>(op: &str, dtypes: &[DType]) -> bool {
     F::dtype() == DType::F32 && dtypes[0] == DType::F32
 }
 
+/// Whether the small-C kernels read X of `dtype` natively at C = `classes` on the runtime `R`:
+/// bf16 and f16 at C <= 32 on CUDA ([`small_classes::half_native`]). There `head_forward`
+/// keeps Z and dH in f32 and `head_backward` takes them so.
+fn half_small<R: CubeRuntime>(dtype: DType, classes: usize) -> bool {
+    matches!(dtype, DType::BF16 | DType::F16)
+        && classes <= SMALL_CLASSES
+        && small_classes::half_native::<R>()
+}
+
 /// The streamed step on bf16 inputs, natively where cuBLASLt runs it and C > 32; the small-C
 /// kernels on bf16 and f16 inputs read natively on CUDA at C <= 32
 /// ([`small_classes::half_step`]); else (f16 inputs at C > 32) the f32 impl on the inputs as
@@ -74,7 +83,7 @@ fn other_dtype_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
     let [x, weight, bias, labels] = &inputs;
     if matches!(x.dtype, DType::BF16 | DType::F16)
         && weight.shape()[0] <= SMALL_CLASSES
-        && small_classes::half_native(x)
+        && small_classes::half_native::<R>()
     {
         check_with_labels::<R>(op, x, weight, bias, labels);
         return small_classes::half_step::<R, F, I, BT>(op, inputs, wanted, kernels, predict);
@@ -95,6 +104,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
 
     fn head_gradients_in_forward(_batch: usize, _inputs: usize, classes: usize) -> bool {
         classes > SMALL_CLASSES
+    }
+
+    fn head_forward_state_dtype(dtype: DType, classes: usize) -> DType {
+        if half_small::<R>(dtype, classes) {
+            DType::F32
+        } else {
+            dtype
+        }
     }
 
     fn head_step(
@@ -280,6 +297,18 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
     ) -> HeadForward<Self> {
         let op = "head_forward";
         if !as_is::<F>(op, &[x.dtype, weight.dtype, bias.dtype]) {
+            if matches!(x.dtype, DType::BF16 | DType::F16) && small_classes::half_native::<R>() {
+                let (_, _, classes) = check_with_labels::<R>(op, &x, &weight, &bias, &labels);
+                if half_small::<R>(x.dtype, classes) {
+                    let dtype = x.dtype;
+                    let inputs = [x, weight, bias, labels];
+                    let (loss, z, dh) =
+                        small_classes::half_forward::<R, I, BT>(op, inputs, kernels.relu());
+                    start_queued::<R>(&loss.device);
+                    let loss = cast(loss, dtype);
+                    return HeadForward { loss, z, dh };
+                }
+            }
             return half::forward::<R, F, I, BT>(x, weight, bias, labels, kernels);
         }
         let (_batch, _inputs, classes) = check_with_labels::<R>(op, &x, &weight, &bias, &labels);
@@ -303,9 +332,26 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         kernels: KernelOptions,
     ) -> HeadGradients<Self> {
         let op = "head_backward";
-        let dtypes = [x.dtype, weight.dtype, z.dtype, dh.dtype, grad_loss.dtype];
-        if !as_is::<F>(op, &dtypes) {
+        // bf16 and f16 at C <= 32 on CUDA: Z and dH in f32, as `head_forward` kept them.
+        let w_shape = weight.shape();
+        let classes = if w_shape.num_dims() == 2 {
+            w_shape[0]
+        } else {
+            0
+        };
+        let half_state =
+            half_small::<R>(x.dtype, classes) && [z.dtype, dh.dtype] == [DType::F32, DType::F32];
+        let dtypes = if half_state {
+            [x.dtype, weight.dtype, x.dtype, x.dtype, grad_loss.dtype]
+        } else {
+            [x.dtype, weight.dtype, z.dtype, dh.dtype, grad_loss.dtype]
+        };
+        if !half_state && !as_is::<F>(op, &dtypes) {
             return half::backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, kernels);
+        }
+        if half_state {
+            // Refuses mixed dtypes among X, W and g first.
+            validate::float_dtypes(op, &launch::LIMITS, &dtypes);
         }
         check::<R>(op, &[&x, &weight, &z, &dh, &grad_loss]);
         let [batch, _inputs] = validate::rank2(op, "X [B, I]", &x.shape());
@@ -327,7 +373,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
             &[1],
         );
         let device = x.device.clone();
-        let grads = if classes > SMALL_CLASSES {
+        let grads = if half_state {
+            let relu = kernels.relu();
+            small_classes::half_backward::<R, F, I, BT>(
+                op, x, weight, z, dh, grad_loss, wanted, relu,
+            )
+        } else if classes > SMALL_CLASSES {
             let tf32 = use_tf32(kernels.precision, &x);
             large_classes::backward(x, weight, z, dh, grad_loss, wanted, tf32, kernels.relu())
         } else {

@@ -35,6 +35,31 @@ const ROW_FORWARD_FROM: usize = 16384;
 /// the H200 (2026-11-30).
 const ROW_TILE_DEPTH: usize = 8;
 
+/// How many times the f32 count of X's elements a unit loads at once where X has 2 bytes an
+/// element (bf16, f16 read natively): the row forward's tile depth and the backward's load
+/// group, so that each unit keeps as many bytes of X in flight as with f32 X. The kernels sum
+/// in the same order whatever the depth and the group (column order, row order), so it
+/// changes no bit. Tuning: see [`half_loads`].
+const HALF_LOADS: usize = 2;
+
+/// [`HALF_LOADS`] for X of `x_bytes` bytes an element (1 for f32 X); with the `testing`
+/// feature, the factor `crate::testing::with_half_loads` sets in its place.
+fn half_loads(x_bytes: usize) -> usize {
+    if x_bytes >= 4 {
+        return 1;
+    }
+    #[cfg(feature = "testing")]
+    {
+        let set = super::streamed::routes::SWITCHES
+            .half_loads
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if set > 0 {
+            return set as usize;
+        }
+    }
+    HALF_LOADS
+}
+
 /// Up to this many 256-unit cubes' worth of rows, the plane forward runs as one cube of 512
 /// units that also writes the mean (each plane then walks at most 2 groups of rows): one
 /// launch fewer at small B. Tuning, with `MAX_PLANES` in the kernel as its invariant.
@@ -63,18 +88,22 @@ struct RowForward {
     rows: usize,
     /// Vector width of the X and W loads (4, 2 or 1, dividing I).
     vector: usize,
+    /// Vectors of each row per tile: [`ROW_TILE_DEPTH`], times [`half_loads`] for 2-byte X.
+    depth: usize,
     cubes: usize,
 }
 
 impl RowForward {
     /// `None` below [`ROW_FORWARD_FROM`] rows, and for more cubes than one launch dimension
     /// holds on every runtime (65535; the plane layout strides over any B).
-    fn new(batch: usize, inputs: usize, classes: usize) -> Option<Self> {
+    /// X of `x_bytes` bytes an element.
+    fn new(batch: usize, inputs: usize, classes: usize, x_bytes: usize) -> Option<Self> {
         let rows = if classes <= 16 { 128 } else { 32 };
         let cubes = batch.div_ceil(rows);
         (batch >= ROW_FORWARD_FROM && cubes <= u16::MAX as usize).then(|| Self {
             rows,
             vector: vector_size(inputs, 4),
+            depth: ROW_TILE_DEPTH * half_loads(x_bytes),
             cubes,
         })
     }
@@ -156,7 +185,7 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement, E: FloatElement>(
         return (mean_of_parts::<R, F>(none, 0), z, dh);
     }
     let inputs4 = [&x, &weight, &bias, &labels];
-    if let Some(rows) = RowForward::new(batch, inputs, classes) {
+    if let Some(rows) = RowForward::new(batch, inputs, classes, size_of::<E>()) {
         let loss = empty::<R>(&weight, [rows.cubes]); // the loss sums per cube
         let launch = by_label_type!(op, labels.dtype, launch_forward_rows::<R, F, E>);
         launch(inputs4, [&z, &dh, &loss], classes, &rows, relu);
@@ -202,7 +231,7 @@ fn launch_forward_rows<R: CubeRuntime, F: FloatElement, E: FloatElement, L: IntE
             f32::NAN,
             classes,
             rows.rows,
-            ROW_TILE_DEPTH,
+            rows.depth,
             relu,
         );
     }
@@ -267,7 +296,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
     // SAFETY: every access of the kernels is in bounds by construction (see their docs); the
     // tensors are contiguous with the shapes they read them by, and the vector width divides I.
     unsafe {
-        if let Some(rows) = RowForward::new(batch, inputs, classes) {
+        if let Some(rows) = RowForward::new(batch, inputs, classes, size_of::<F>()) {
             kernels::logits::logits_rows::launch_unchecked::<F, R>(
                 client,
                 CubeCount::new_1d(rows.cubes as u32),
@@ -279,7 +308,7 @@ pub(super) fn logits<R: CubeRuntime, F: FloatElement>(
                 h_arg,
                 classes,
                 rows.rows,
-                ROW_TILE_DEPTH,
+                rows.depth,
                 relu,
             );
         } else {
@@ -314,7 +343,7 @@ struct BackwardGeometry {
     /// and 32 (2026-11-30), the step back to back: 8-row groups in cubes of 256 up to C = 16
     /// (0.293 ms at (65536, 1024, 10), against 0.309 with 4-row groups); above, where each
     /// unit holds 2 C scalars of W and dW, 4-row groups in cubes of 128 (0.845 ms at
-    /// (65536, 1024, 32), against 0.899 in cubes of 256).
+    /// (65536, 1024, 32), against 0.899 in cubes of 256). Times [`half_loads`] for 2-byte X.
     group: usize,
     units: u32,
     col_tiles: usize,
@@ -323,7 +352,8 @@ struct BackwardGeometry {
 }
 
 impl BackwardGeometry {
-    fn new(batch: usize, inputs: usize, classes: usize) -> Self {
+    /// X of `x_bytes` bytes an element.
+    fn new(batch: usize, inputs: usize, classes: usize, x_bytes: usize) -> Self {
         let width = match classes {
             0..=8 => 4,
             9..=16 => 2,
@@ -331,6 +361,7 @@ impl BackwardGeometry {
         };
         let vector = vector_size(inputs, width);
         let (group, units) = if classes <= 16 { (8, 256) } else { (4, 128) };
+        let group = group * half_loads(x_bytes);
         let chunk_rows = batch.div_ceil(MAX_CHUNKS).max(MIN_CHUNK_ROWS);
         Self {
             vector,
@@ -369,7 +400,7 @@ pub(super) fn backward<
         contiguous(dh),
         contiguous(grad_loss),
     );
-    let geometry = BackwardGeometry::new(batch, inputs, classes);
+    let geometry = BackwardGeometry::new(batch, inputs, classes, size_of::<E>());
     let chunks = geometry.chunks;
     let dx = empty::<R>(&x, if wanted.x { [batch, inputs] } else { [1, 1] });
     let dw_part = empty::<R>(&weight, [chunks, classes, inputs]); // [P, C, I]
@@ -418,43 +449,25 @@ pub(super) fn backward<
     }
 }
 
-/// Whether the small-C kernels read and write X's half type (bf16, f16) natively on `x`'s
-/// runtime: CUDA. Elsewhere (wgpu) half-precision inputs go through the f32 impl.
-pub(super) fn half_native<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
+/// Whether the small-C kernels read and write X's half type (bf16, f16) natively on the
+/// runtime `R`: CUDA. Elsewhere (wgpu) half-precision inputs go through the f32 impl.
+pub(super) fn half_native<R: CubeRuntime>() -> bool {
     #[cfg(feature = "cuda")]
     {
-        (x as &dyn std::any::Any)
-            .downcast_ref::<CubeTensor<cubecl::cuda::CudaRuntime>>()
-            .is_some()
+        std::any::TypeId::of::<R>() == std::any::TypeId::of::<cubecl::cuda::CudaRuntime>()
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = x;
         false
     }
 }
 
-/// The training step at C <= 32 on bf16 or f16 inputs where [`half_native`]: the forward and
-/// backward kernels read X in its own type, widened to f32 as it is loaded (one read of X per
-/// pass, no f32 copy of it), and write dX in it; W and b are widened to f32 (`C (I + 1)`
-/// values), Z and dH stay f32 between the kernels (never rounded), dW and db are summed in
-/// f32 and rounded once, the loss too. The f32 impl's arithmetic on the same values: its
-/// results up to the outputs' rounding.
-pub(super) fn half_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+/// The forward and backward kernels for X of `dtype` (bf16 or f16) read natively, sums in f32.
+fn half_kernels<R: CubeRuntime, I: IntElement, BT: BoolElement>(
     op: &str,
-    [x, weight, bias, labels]: [CubeTensor<R>; 4],
-    wanted: HeadWanted,
-    kernels: KernelOptions,
-    predict: bool,
-) -> super::streamed::LossAndGradients<R, F, I, BT> {
-    #[cfg(feature = "testing")]
-    super::streamed::routes::SWITCHES
-        .half_small
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (dtype, relu) = (x.dtype, kernels.relu());
-    let (weight, bias) = (up(weight), up(bias));
-    let label_dtype = labels.dtype;
-    let (step_forward, step_backward) = match dtype {
+    dtype: DType,
+) -> (Forward<R>, Backward<R, I, BT>) {
+    match dtype {
         DType::BF16 => (
             forward::<R, f32, bf16> as Forward<R>,
             backward::<R, f32, bf16, I, BT> as Backward<R, I, BT>,
@@ -464,8 +477,67 @@ pub(super) fn half_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bool
             backward::<R, f32, f16, I, BT> as Backward<R, I, BT>,
         ),
         other => panic!("{op}: no native half-precision step for {other:?}"),
-    };
-    let (loss, z, dh) = step_forward(op, x.clone(), weight.clone(), bias, labels, relu);
+    }
+}
+
+/// The forward at C <= 32 on bf16 or f16 X where [`half_native`]: the forward kernel reads X
+/// in its own type, widened to f32 as it is loaded (no f32 copy of X); W and b are widened to
+/// f32 (`C (I + 1)` values). Returns the loss `[1]`, Z and dH `[B, C]`, all f32 (never
+/// rounded: Z and dH are the backward's operands, [`half_backward`]).
+pub(super) fn half_forward<R: CubeRuntime, I: IntElement, BT: BoolElement>(
+    op: &str,
+    [x, weight, bias, labels]: [CubeTensor<R>; 4],
+    relu: bool,
+) -> (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>) {
+    #[cfg(feature = "testing")]
+    super::streamed::routes::SWITCHES
+        .half_small
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (step_forward, _) = half_kernels::<R, I, BT>(op, x.dtype);
+    step_forward(op, x, up(weight), up(bias), labels, relu)
+}
+
+/// The backward at C <= 32 on bf16 or f16 X where [`half_native`], from the f32 Z and dH of
+/// [`half_forward`] and the upstream gradient `grad_loss` `[1]` (widened to f32): dX in X's
+/// type (written natively), dW and db summed in f32 and rounded once to X's type.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn half_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: &str,
+    x: CubeTensor<R>,
+    weight: CubeTensor<R>,
+    z: CubeTensor<R>,
+    dh: CubeTensor<R>,
+    grad_loss: CubeTensor<R>,
+    wanted: HeadWanted,
+    relu: bool,
+) -> HeadGradients<CubeBackend<R, F, I, BT>> {
+    let dtype = x.dtype;
+    let (_, step_backward) = half_kernels::<R, I, BT>(op, dtype);
+    let g = step_backward(x, up(weight), z, dh, up(grad_loss), wanted, relu);
+    HeadGradients {
+        x: g.x,
+        weight: g.weight.map(|t| cast(t, dtype)),
+        bias: g.bias.map(|t| cast(t, dtype)),
+    }
+}
+
+/// The training step at C <= 32 on bf16 or f16 inputs where [`half_native`]:
+/// [`half_forward`], then [`half_backward`] for a unit upstream gradient. Z and dH stay f32
+/// between the kernels (never rounded), dW and db are summed in f32 and rounded once, the loss
+/// too. The f32 impl's arithmetic on the same values: its results up to the outputs' rounding.
+pub(super) fn half_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    op: &str,
+    [x, weight, bias, labels]: [CubeTensor<R>; 4],
+    wanted: HeadWanted,
+    kernels: KernelOptions,
+    predict: bool,
+) -> super::streamed::LossAndGradients<R, F, I, BT> {
+    let (dtype, relu) = (x.dtype, kernels.relu());
+    let label_dtype = labels.dtype;
+    // W widened once for both kernels (`up` of an f32 tensor is that tensor).
+    let weight = up(weight);
+    let inputs = [x.clone(), weight.clone(), bias, labels];
+    let (loss, z, dh) = half_forward::<R, I, BT>(op, inputs, relu);
     let predictions = predict.then(|| {
         let terms = RowTerms::new(kernels.activation);
         predictions_of::<Full<R, I, BT>>(z.clone(), terms, label_dtype)
@@ -473,12 +545,7 @@ pub(super) fn half_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bool
     let gradients = if wanted.any() {
         let one = Tensor::<Full<R, I, BT>, 1>::ones([1], (&loss.device, DType::F32));
         let one = one.into_primitive().tensor();
-        let g = step_backward(x, weight, z, dh, one, wanted, relu);
-        HeadGradients {
-            x: g.x,
-            weight: g.weight.map(|t| cast(t, dtype)),
-            bias: g.bias.map(|t| cast(t, dtype)),
-        }
+        half_backward::<R, F, I, BT>(op, x, weight, z, dh, one, wanted, relu)
     } else {
         HeadGradients::none()
     };

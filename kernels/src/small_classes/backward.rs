@@ -1,8 +1,8 @@
 //! Fused backward for a small number of classes: stages 3, 4, 5 and 6 in one kernel, reading
 //! each row of X once.
 //!
-//! X [B, I] and dX (of type `E`: f32, or bf16 and f16, widened to `F` as X is loaded and
-//! rounded as dX is written), W [C, I], Z and dH [B, C], g [1] (the upstream gradient) of
+//! X [B, I] and dX (of type `E`: f32, or bf16 and f16; X kept in its type in registers and
+//! widened to `F` as each row is used, dX rounded as it is written), W [C, I], Z and dH [B, C], g [1] (the upstream gradient) of
 //! `F`; writes dX [B, I] (when
 //! `write_dx`) and, per chunk of rows, partial sums of dW [P, C, I] and db [P, C], which
 //! `partial_sum_pair` adds in chunk order afterwards (deterministic, no atomics; with one chunk
@@ -26,11 +26,11 @@ use cubecl::{cube, prelude::*};
 use crate::activation::activation_grad;
 
 /// This unit's vectors of X of rows `r0 + first ..` (`group` of them; zeros past `rows_here`
-/// rows or for a unit past I's vectors).
+/// rows or for a unit past I's vectors), in X's own type.
 #[cube]
-fn load_rows<F: Float, E: Float, N: Size>(
+fn load_rows<E: Float, N: Size>(
     x: &Tensor<Vector<E, N>>,
-    xs: &mut Array<Vector<F, N>>,
+    xs: &mut Array<Vector<E, N>>,
     r0: usize,
     first: usize,
     rows_here: usize,
@@ -41,9 +41,9 @@ fn load_rows<F: Float, E: Float, N: Size>(
     let vectors = x.shape(1) / N::value();
     #[unroll]
     for u in 0..group {
-        let mut v = Vector::<F, N>::empty().fill(F::new(0.0));
+        let mut v = Vector::<E, N>::empty().fill(E::new(0.0));
         if first + u < rows_here && live {
-            v = Vector::<F, N>::cast_from(x[(r0 + first + u) * vectors + col]);
+            v = x[(r0 + first + u) * vectors + col];
         }
         xs[u] = v;
     }
@@ -120,12 +120,12 @@ pub fn backward<F: Float, E: Float, N: Size>(
         let rows_here = select(r0 + stage_rows < row_end, stage_rows, row_end - r0);
         // X of `group` rows in registers, every load issued before the first use, and the next
         // group's loads issued before this group's sums.
-        let mut xs = Array::<Vector<F, N>>::new(group);
-        load_rows::<F, E, N>(x, &mut xs, r0, 0, rows_here, col, live, group);
+        let mut xs = Array::<Vector<E, N>>::new(group);
+        load_rows::<E, N>(x, &mut xs, r0, 0, rows_here, col, live, group);
         let mut rr = 0;
         while rr < rows_here {
-            let mut next = Array::<Vector<F, N>>::new(group);
-            load_rows::<F, E, N>(x, &mut next, r0, rr + group, rows_here, col, live, group);
+            let mut next = Array::<Vector<E, N>>::new(group);
+            load_rows::<E, N>(x, &mut next, r0, rr + group, rows_here, col, live, group);
             #[unroll]
             for u in 0..group {
                 if rr + u < rows_here {
@@ -137,7 +137,7 @@ pub fn backward<F: Float, E: Float, N: Size>(
                         acc_b[c] += d[c];
                     }
                     if live {
-                        let xv = xs[u];
+                        let xv = Vector::<F, N>::cast_from(xs[u]);
                         let mut s = zero;
                         #[unroll]
                         for c in 0..classes {

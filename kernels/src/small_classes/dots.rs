@@ -2,8 +2,9 @@
 //! two layouts, and the per-row logits `Z = X W^T + b`, `H = act(Z)` from them.
 //!
 //! X [B, I], W [C, I], b [C]; all contiguous, X and W read as vectors of N elements (N divides
-//! I). X is of type `E` (the inputs' float: f32, or bf16 and f16, widened to `F` as it is
-//! loaded), everything else of `F`. C and the row counts are compile-time: the partial sums are unrolled register arrays,
+//! I). X is of type `E` (the inputs' float: f32, or bf16 and f16, widened to `F` where it is
+//! summed; the row layout keeps it in its type in registers and shared memory), everything
+//! else of `F`. C and the row counts are compile-time: the partial sums are unrolled register arrays,
 //! so these helpers are for small C only (the host uses them up to C = 32).
 //!
 //! - Planes ([`lane_partials`], then [`plane_logits`]): one plane owns `rows` consecutive rows
@@ -123,12 +124,12 @@ pub fn pick<F: Float>(values: &Array<F>, mine: usize, #[comptime] classes: usize
     got
 }
 
-/// This unit's `depth` vectors of the X tile at column vector `k0` into `tile` (unit u takes
-/// vectors u, u + rows, ... of the cube's tile; zeros past B or I).
+/// This unit's `depth` vectors of the X tile at column vector `k0` into `tile`, in X's own
+/// type (unit u takes vectors u, u + rows, ... of the cube's tile; zeros past B or I).
 #[cube]
-pub fn load_x_tile<F: Float, E: Float, N: Size>(
+pub fn load_x_tile<E: Float, N: Size>(
     x: &Tensor<Vector<E, N>>,
-    tile: &mut Array<Vector<F, N>>,
+    tile: &mut Array<Vector<E, N>>,
     k0: usize,
     #[comptime] rows: usize,
     #[comptime] depth: usize,
@@ -137,7 +138,7 @@ pub fn load_x_tile<F: Float, E: Float, N: Size>(
     let vectors = x.shape(1) / N::value();
     let unit = UNIT_POS as usize;
     let first = CUBE_POS * rows;
-    let zero = Vector::<F, N>::empty().fill(F::new(0.0));
+    let zero = Vector::<E, N>::empty().fill(E::new(0.0));
     #[unroll]
     for t in 0..depth {
         let j = unit + t * rows;
@@ -145,7 +146,7 @@ pub fn load_x_tile<F: Float, E: Float, N: Size>(
         let k = j % depth;
         let mut v = zero;
         if row < batch && k0 + k < vectors {
-            v = Vector::<F, N>::cast_from(x[row * vectors + k0 + k]);
+            v = x[row * vectors + k0 + k];
         }
         tile[t] = v;
     }
@@ -167,14 +168,15 @@ pub fn row_dots<F: Float, E: Float, N: Size>(
     let unit = UNIT_POS as usize;
     let zero = Vector::<F, N>::empty().fill(F::new(0.0));
     let stride = depth + 1;
-    let mut smem_x = SharedMemory::<Vector<F, N>>::new(rows * (depth + 1));
+    // X in its own type in registers and shared memory, widened as each unit reads its row.
+    let mut smem_x = SharedMemory::<Vector<E, N>>::new(rows * (depth + 1));
     let mut smem_w = SharedMemory::<Vector<F, N>>::new(classes * depth);
-    let mut tile = Array::<Vector<F, N>>::new(depth);
+    let mut tile = Array::<Vector<E, N>>::new(depth);
     #[unroll]
     for c in 0..classes {
         acc[c] = F::new(0.0);
     }
-    load_x_tile::<F, E, N>(x, &mut tile, 0, rows, depth);
+    load_x_tile::<E, N>(x, &mut tile, 0, rows, depth);
     let mut k0 = 0;
     // Uniform over the cube: every unit meets every barrier.
     while k0 < vectors {
@@ -199,12 +201,12 @@ pub fn row_dots<F: Float, E: Float, N: Size>(
         sync_cube();
         // The next X tile's loads, in flight during this tile's sums.
         if k0 + depth < vectors {
-            load_x_tile::<F, E, N>(x, &mut tile, k0 + depth, rows, depth);
+            load_x_tile::<E, N>(x, &mut tile, k0 + depth, rows, depth);
         }
         // 3. This unit's row: the tile's columns in order.
         #[unroll]
         for k in 0..depth {
-            let xv = smem_x[unit * stride + k];
+            let xv = Vector::<F, N>::cast_from(smem_x[unit * stride + k]);
             #[unroll]
             for c in 0..classes {
                 let wv = smem_w[c * depth + k];

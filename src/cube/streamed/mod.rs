@@ -173,6 +173,9 @@ pub(crate) mod routes {
         /// Small-C steps on half-precision X read natively
         /// ([`crate::testing::half_small_class_steps`]).
         pub half_small: AtomicU64,
+        /// The small-C kernels' load factor for 2-byte X, 0 for the crate's own
+        /// ([`crate::testing::with_half_loads`]).
+        pub half_loads: AtomicU64,
     }
 
     pub(crate) static SWITCHES: Switches = Switches {
@@ -181,6 +184,7 @@ pub(crate) mod routes {
         one_timeline: AtomicU64::new(0),
         whole_batch: AtomicU64::new(0),
         half_small: AtomicU64::new(0),
+        half_loads: AtomicU64::new(0),
     };
 }
 

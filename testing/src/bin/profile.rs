@@ -4,7 +4,7 @@
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
 //!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA] [--softcap CAP]
 //!     [--logit-scale S] [--token-stats] [--host-ordered] [--dw-as-stored] [--memory]
-//!     [--timeline]
+//!     [--timeline] [--half-loads K]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -27,6 +27,8 @@
 //! `--timeline` times `steps` more steps on one GPU timeline with CUDA events
 //! (`burn_fused_head::testing::timeline`): where the wall time goes between the host and the
 //! stream, and each kind of operation's GPU time under sustained load.
+//! `--half-loads K` runs the small-C kernels on bf16 or f16 X with K (1, 2 or 4) times the
+//! f32 count of X's elements loaded at once (`burn_fused_head::testing::with_half_loads`).
 
 use std::time::Instant;
 
@@ -91,7 +93,13 @@ fn head<B: FusedHeadBackend>(
 }
 
 /// The flags that take a value.
-const VALUED: [&str; 4] = ["--chunk", "--z-loss", "--softcap", "--logit-scale"];
+const VALUED: [&str; 5] = [
+    "--chunk",
+    "--z-loss",
+    "--softcap",
+    "--logit-scale",
+    "--half-loads",
+];
 
 /// B, I, C and steps from the command line: (64, 128, 10) and 1 step by default.
 fn command_line() -> (usize, usize, usize, usize) {
@@ -123,10 +131,19 @@ fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
             steps::<B>(device)
         }
     };
-    if flag("--host-ordered") {
-        burn_fused_head::testing::host_ordered(layout)
-    } else {
-        layout()
+    let route = || {
+        if flag("--host-ordered") {
+            burn_fused_head::testing::host_ordered(layout)
+        } else {
+            layout()
+        }
+    };
+    match value_of("--half-loads") {
+        Some(k) => {
+            let k = k.parse().expect("--half-loads K: 1, 2 or 4");
+            burn_fused_head::testing::with_half_loads(k, route)
+        }
+        None => route(),
     }
 }
 
