@@ -303,13 +303,19 @@ mod one_timeline {
         }
     }
 
+    /// One of the two tests below at a time: `testing::host_ordered` is process-wide, so the
+    /// other test's host-ordered call would take this one's one-timeline call off its route.
+    static ROUTES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn one_timeline_gives_the_host_ordered_bits_fusion() {
+        let _routes = ROUTES.lock().unwrap_or_else(|e| e.into_inner());
         same_bits::<burn::backend::Cuda>(&burn::backend::cuda::CudaDevice::default());
     }
 
     #[test]
     fn one_timeline_gives_the_host_ordered_bits_raw() {
+        let _routes = ROUTES.lock().unwrap_or_else(|e| e.into_inner());
         same_bits::<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>(
             &burn::backend::cuda::CudaDevice::default(),
         );

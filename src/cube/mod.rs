@@ -142,15 +142,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                 }
             }
             None => {
-                // A logit scale, a softcap or a z-loss: the streamed path takes them without
-                // row weights (its loss the mean, as the plain step's, the z-term in each
-                // row's loss); elsewhere each row weighs 1/B.
+                // A logit scale, a softcap, a z-loss and the statistics: the streamed path
+                // takes them without row weights (its loss the mean, as the plain step's, the
+                // z-term in each row's loss); elsewhere each row weighs 1/B.
                 unweighted_terms(op, &step.terms);
                 let terms = step.terms;
-                // The statistics take the row-weighted step (each row 1/B).
-                if !terms.token_stats
-                    && native::<R, F>(op, [&inputs[0], &inputs[1], &inputs[2]])
-                    && let Some((loss, gradients, predictions, _)) = streamed_step::<R, F, I, BT>(
+                if native::<R, F>(op, [&inputs[0], &inputs[1], &inputs[2]])
+                    && let Some((loss, gradients, predictions, stats)) = streamed_step::<R, F, I, BT>(
                         op,
                         &inputs,
                         wanted,
@@ -163,11 +161,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
                         }),
                     )
                 {
+                    let token_stats = stats.map(|s| unweighted_stats::<R, F, I, BT>(s, terms));
                     return HeadStepOutput {
                         loss,
                         gradients,
                         predictions,
-                        token_stats: None,
+                        token_stats,
                     };
                 }
                 let [x, weight, bias, targets] = inputs;
@@ -341,19 +340,20 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         };
         let half_state =
             half_small::<R>(x.dtype, classes) && [z.dtype, dh.dtype] == [DType::F32, DType::F32];
-        let dtypes = if half_state {
-            [x.dtype, weight.dtype, x.dtype, x.dtype, grad_loss.dtype]
-        } else {
-            [x.dtype, weight.dtype, z.dtype, dh.dtype, grad_loss.dtype]
-        };
-        if !half_state && !as_is::<F>(op, &dtypes) {
-            return half::backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, kernels);
-        }
+        let grad_loss = if half_state { up(grad_loss) } else { grad_loss };
         if half_state {
-            // Refuses mixed dtypes among X, W and g first.
-            validate::float_dtypes(op, &launch::LIMITS, &dtypes);
+            // X and W of one dtype; Z, dH and g (widened: the kernel reads it as f32) f32,
+            // all on X's device.
+            check::<R>(op, &[&x, &weight]);
+            check::<R>(op, &[&z, &dh, &grad_loss]);
+            x.assert_is_on_same_device(&z);
+        } else {
+            let dtypes = [x.dtype, weight.dtype, z.dtype, dh.dtype, grad_loss.dtype];
+            if !as_is::<F>(op, &dtypes) {
+                return half::backward::<R, F, I, BT>(x, weight, z, dh, grad_loss, wanted, kernels);
+            }
+            check::<R>(op, &[&x, &weight, &z, &dh, &grad_loss]);
         }
-        check::<R>(op, &[&x, &weight, &z, &dh, &grad_loss]);
         let [batch, _inputs] = validate::rank2(op, "X [B, I]", &x.shape());
         let [classes, _] = validate::rank2(op, "W [C, I]", &weight.shape());
         validate::same_dim(
@@ -394,6 +394,29 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         };
         start_queued::<R>(&device);
         grads
+    }
+}
+
+/// The statistics of a streamed step without row weights: the log-sum-exp and the entropy as
+/// the row kernel wrote them, the target's log-probability `-ce` from each row's loss `l`:
+/// `-l`, or with a z-loss (in `l` there) `zeta lse^2 - l`, one f32 rounding of `l`'s size
+/// from the exact `-ce` (the kernel's own `l = ce + zeta lse^2` rounded once too).
+fn unweighted_stats<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    [lse, entropy, loss]: streamed::RowStats<R>,
+    terms: RowTerms,
+) -> HeadTokenStats<CubeBackend<R, F, I, BT>> {
+    type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+    let target_log_prob = if terms.z_loss != 0.0 {
+        let square = B::<R, F, I, BT>::float_mul(lse.clone(), lse.clone());
+        let z_term = B::<R, F, I, BT>::float_mul_scalar(square, terms.z_loss.into());
+        B::<R, F, I, BT>::float_sub(z_term, loss)
+    } else {
+        B::<R, F, I, BT>::float_neg(loss)
+    };
+    HeadTokenStats {
+        log_sum_exp: lse,
+        target_log_prob,
+        entropy,
     }
 }
 
@@ -471,7 +494,7 @@ fn weighted_training_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Bo
             streamed_step::<R, F, I, BT>(op, &inputs, wanted, kernels, predict, Some(weights))
     {
         // -l, the target's log-probability, from the cross-entropy rows.
-        let token_stats = stats.map(|[lse, entropy]| HeadTokenStats {
+        let token_stats = stats.map(|[lse, entropy, _loss]| HeadTokenStats {
             log_sum_exp: lse,
             target_log_prob: CubeBackend::<R, F, I, BT>::float_neg(loss.clone()),
             entropy,

@@ -498,7 +498,7 @@ pub(super) fn half_forward<R: CubeRuntime, I: IntElement, BT: BoolElement>(
 }
 
 /// The backward at C <= 32 on bf16 or f16 X where [`half_native`], from the f32 Z and dH of
-/// [`half_forward`] and the upstream gradient `grad_loss` `[1]` (widened to f32): dX in X's
+/// [`half_forward`] and the upstream gradient `grad_loss` `[1]` (f32, or widened to it): dX in X's
 /// type (written natively), dW and db summed in f32 and rounded once to X's type.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn half_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(

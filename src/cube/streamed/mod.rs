@@ -256,14 +256,19 @@ pub(super) struct Settings {
 }
 
 /// The loss `[1]` (or the per-row losses `[B]`), the gradients, (where asked for) the
-/// predictions `[B]`, and (with row weights and a z-loss or the statistics) each row's
-/// log-sum-exp and entropy `[B]` (f32) of one call.
+/// predictions `[B]`, and (with row weights and a z-loss, or with the statistics asked for)
+/// [`RowStats`] of one call.
 pub(super) type LossAndGradients<R, F, I, BT> = (
     CubeTensor<R>,
     HeadGradients<CubeBackend<R, F, I, BT>>,
     Option<CubeTensor<R>>,
-    Option<[CubeTensor<R>; 2]>,
+    Option<RowStats<R>>,
 );
+
+/// Each row's statistics from the row kernel, `[B]` each, f32: `[lse, entropy, loss]`, the
+/// loss the row's as the kernel wrote it (the cross-entropy's alone with row weights; without,
+/// `ce + zeta lse^2`, the z-term in it).
+pub(super) type RowStats<R> = [CubeTensor<R>; 3];
 
 /// Whether half-precision inputs like `x` run on this path: on CUDA where cuBLASLt loads.
 pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
@@ -285,11 +290,12 @@ pub(super) fn half_available<R: CubeRuntime>(x: &CubeTensor<R>) -> bool {
 /// labels are checked by the caller; B > 0 and I > 0. The float inputs are f32 (then `F` is
 /// f32), or bf16 where [`half_available`] says so.
 ///
-/// With the LM terms of `settings.terms` (row weights required with the statistics): the
-/// loss rows are the cross-entropy's of the scaled and capped logits. With row weights, the
-/// z-term's gradient joins with each row's `z_weights[r]` (`[B]`, f32), and the statistics
-/// `[lse, entropy]` come back for the caller to add `zeta lse^2` and to give them. Without,
-/// the z-term weighs `1 / B` and is in the mean (`z_weights` unread).
+/// With the LM terms of `settings.terms`: the loss rows are the cross-entropy's of the scaled
+/// and capped logits. With row weights, the z-term's gradient joins with each row's
+/// `z_weights[r]` (`[B]`, f32), and the statistics ([`RowStats`]) come back for the caller to
+/// add `zeta lse^2` and to give them. Without, the z-term weighs `1 / B` and is in each row's
+/// loss and in the mean (`z_weights` unread), and the statistics come back where
+/// `terms.token_stats` asks for them.
 pub(super) fn loss_and_gradients<
     R: CubeRuntime,
     F: FloatElement,
@@ -363,17 +369,18 @@ pub(super) fn loss_and_gradients<
         !z_loss || !weighted || z_weights.is_some(),
         "the streamed z-loss with row weights needs z-weights"
     );
-    assert!(
-        weighted || !terms.token_stats,
-        "the streamed statistics need row weights"
-    );
     let z_weights = match z_weights {
         Some(w) if z_loss && weighted => contiguous(w),
         _ => empty_of::<R>(&x, [1], sums),
     };
     // Each row's log-sum-exp and entropy [B] (f32), or one element each never written.
-    // Unweighted, the z-term is in the row's loss and needs none.
-    let stats = weighted && terms.wants_stats();
+    // Unweighted, the z-term is in the row's loss and needs none: only the statistics asked
+    // for.
+    let stats = if weighted {
+        terms.wants_stats()
+    } else {
+        terms.token_stats
+    };
     let [lse, entropy] = [(); 2].map(|_| empty_of::<R>(&x, [if stats { batch } else { 1 }], sums));
     let launch_rows = match dtype {
         DType::BF16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16>),
@@ -418,6 +425,7 @@ pub(super) fn loss_and_gradients<
     }
     // f32 sums rounded once to the inputs' type (nothing done for f32 inputs); weighted, the
     // caller reduces the f32 rows.
+    let rows_kept = stats.then(|| loss_rows.clone());
     let loss = if weighted {
         loss_rows
     } else {
@@ -433,7 +441,7 @@ pub(super) fn loss_and_gradients<
             bias: grads.bias.map(|t| cast(t, dtype)),
         },
         predict.then_some(predictions),
-        stats.then_some([lse, entropy]),
+        rows_kept.map(|rows| [lse, entropy, rows]),
     )
 }
 
@@ -471,8 +479,8 @@ struct Chunk<'a, R: CubeRuntime> {
     /// With a z-loss and `weighted`, each row's z-term weight `[B]` (f32), else one element
     /// never read.
     z_weights: &'a CubeTensor<R>,
-    /// With `weighted` and [`RowTerms::wants_stats`]: the row kernel writes each row's
-    /// statistics.
+    /// With `weighted` and [`RowTerms::wants_stats`], or with the statistics asked for: the
+    /// row kernel writes each row's log-sum-exp and entropy.
     stats: bool,
     /// With `stats`, each row's log-sum-exp and entropy `[B]` (f32), else one element each
     /// never written.
