@@ -1,9 +1,11 @@
 //! `Autodiff<B, C>`: the op ([`FusedHeadBackend::head_cross_entropy`]) as B's fused forward
 //! and one backward step. Where B computes the gradients in the forward pass
-//! ([`FusedHeadBackend::head_gradients_in_forward`], the CubeCL backends at C > 32), the step
-//! scales them by the upstream gradient (or, where it is exactly 1, takes them as they are);
-//! elsewhere it runs B's fused backward (stages 3 to 6) from the Z and dH the forward pass
-//! kept. The predictions come from the same forward call and are never tracked.
+//! ([`FusedHeadBackend::head_gradients_in_forward`], the CubeCL backends at C > 32; and
+//! half-precision inputs where B keeps no f32 Z and dH for them,
+//! [`FusedHeadBackend::head_forward_state_dtype`]), the step scales them by the upstream
+//! gradient (or, where it is exactly 1, takes them as they are); elsewhere it runs B's fused
+//! backward (stages 3 to 6) from the Z and dH the forward pass kept. The predictions come from
+//! the same forward call and are never tracked.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -337,7 +339,9 @@ fn gradients_in_forward<B: FusedHeadBackend, C: CheckpointStrategy>(
 /// they are where g is 1. Scaling them always, with no read, was measured slower on the H200
 /// at C <= 32 in bf16 (2026-12-04: 1.27 to 1.32 ms a step with one sync at
 /// (65536, 1024, 10) against 0.72 to 0.77 with the read; the scaling ran
-/// through fusion at about 0.7 ms of fixed cost, whatever the shape).
+/// through fusion at about 0.7 ms of fixed cost, whatever the shape). bf16 and f16 at
+/// C <= 32 on CUDA no longer take this step: their forward keeps Z and dH in f32 and the
+/// backward kernel reads g on the GPU, as for f32 inputs.
 #[derive(Debug)]
 struct ScaleGradients;
 

@@ -1,35 +1,39 @@
-//! Tensors the kernels do not take as compiled for the backend's float `F`: bf16 and f16
-//! inputs, and f32 inputs on a backend whose float is not f32 (`CubeBackend<R, bf16, ..>` with
-//! an f32 tensor). Each goes through the f32 impl ([`Full`]).
+//! Tensors the kernels do not take as compiled for the backend's float `F`: bf16 and f16 inputs,
+//! and f32 inputs on a backend whose float is not f32 (`CubeBackend<R, bf16, ..>` with an f32
+//! tensor). Each goes through the f32 impl ([`Full`]).
 //!
 //! f16 runs the f32 impl everywhere, its products exact, and never rounds dZ to f16:
 //! `dZ = (p - onehot) / B` falls below f16's range at large B (at B = 8192 a probability under
 //! 5e-4 gives a dZ below f16's smallest subnormal), and rounded it would zero most of dW. So
 //! `Autodiff` runs the training step with the gradients in the forward pass for f16 inputs at
-//! every C (it keeps no dH), and the step never makes the f16 copy of dZ that bf16's native
-//! path makes (bf16 has f32's exponent range). `head_forward` called directly on f16 tensors
-//! does return dH rounded to f16, as its contract says. With row weights (loss options, LM
-//! terms), f16 inputs take the same route ([`weighted_training_step`]): the f32 impl, its
-//! streamed path at C > 32. (Until 2026-12-03 they took the materialized path, holding Z
-//! `[B, C]`; so did bf16 inputs with row weights where cuBLASLt does not run, which now take
-//! the f32 impl as bf16 does without them.)
+//! C > 32 (it keeps no dH; at C <= 32 on CUDA the forward keeps Z and dH in f32, below), and the
+//! step never makes the f16 copy of dZ that bf16's native path makes (bf16 has f32's exponent
+//! range). `head_forward` called directly on f16 tensors returns dH in the dtype that
+//! `head_forward_state_dtype` names: f32 at C <= 32 on CUDA, else rounded to f16. With row
+//! weights (loss options, LM terms), f16 inputs take the same route ([`weighted_training_step`]):
+//! the f32 impl, its streamed path at C > 32. (Until 2026-12-03 they took the materialized path,
+//! holding Z `[B, C]`; so did bf16 inputs with row weights where cuBLASLt does not run, which now
+//! take the f32 impl as bf16 does without them.)
 //!
-//! - The training step at C > 32 (`head_step`, with or without predictions) on
-//!   bf16 inputs runs natively where cuBLASLt loads (f16 inputs: below): the streamed path with products on bf16
-//!   operands accumulating in f32 (see [`super::streamed`]). Its memory: P's f32 chunk buffer,
-//!   a chunk buffer of dZ in bf16 (half P's size), and dW and db in f32 until they are rounded
-//!   at the end (`4 C (I + 1)` bytes).
-//! - The training step at C <= 32 (`head_step`) on bf16 and f16 inputs on CUDA runs the
-//!   small-C kernels on X as it is, widened to f32 as it is loaded, dX written in X's type
-//!   (`small_classes::half_step`); W and b are widened to f32, Z and dH stay f32.
-//! - Everything else (the forward and backward halves, the logits, the stage methods, and
-//!   every method on wgpu or, at C > 32, where cuBLASLt does not load) converts the float
-//!   inputs to f32, runs the f32 kernels and rounds the float outputs to the inputs' type. The
-//!   saved `Z` and `dH` of `head_forward` are rounded too, as any bf16 tensor is. The
-//!   precision is `Exact` there whatever `HeadPrecision` says (it applies to f32 tensors).
+//! - The training step at C > 32 (`head_step`, with or without predictions) on bf16 inputs runs
+//!   natively where cuBLASLt loads (f16 inputs: below): the streamed path with products on bf16
+//!   operands accumulating in f32 (see [`super::streamed`]). Its memory: P's f32 chunk buffer, a
+//!   chunk buffer of dZ in bf16 (half P's size), and dW and db in f32 until they are rounded at the
+//!   end (`4 C (I + 1)` bytes).
+//! - At C <= 32 on CUDA, `head_forward`, `head_backward` and `head_step` on bf16 and f16 inputs run
+//!   the small-C kernels on X as it is, widened to f32 where it is summed, dX written in X's type
+//!   (`small_classes::{half_forward, half_backward, half_step}`); W, b and the upstream gradient
+//!   are widened to f32, Z and dH stay f32 (`head_forward` returns them so:
+//!   `head_forward_state_dtype`), dW and db are rounded once.
+//! - Everything else (the forward and backward halves at C > 32, the logits, the stage methods, and
+//!   every method on wgpu or, at C > 32, where cuBLASLt does not load) converts the float inputs to
+//!   f32, runs the f32 kernels and rounds the float outputs to the inputs' type. The saved `Z` and
+//!   `dH` of `head_forward` are rounded too, as any bf16 tensor is. The precision is `Exact` there
+//!   whatever `HeadPrecision` says (it applies to f32 tensors).
 //!
-//! Either way the result is the f32 computation on the inputs' values up to the rounding of
-//! the outputs (and of dZ as the gradients' operand): the half-precision gate (DESIGN.md, "bf16") is the bound.
+//! Either way the result is the f32 computation on the inputs' values up to the rounding of the
+//! outputs (and of dZ as the gradients' operand): the half-precision gate (DESIGN.md, "bf16") is
+//! the bound.
 
 use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;

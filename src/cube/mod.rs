@@ -4,8 +4,8 @@
 //!
 //! | method | C <= 32 ([`small_classes`]) | C > 32 ([`large_classes`]) |
 //! |---|---|---|
-//! | `head_forward` | one fused kernel (stages 1, 2, loss sums), planes below B = 16384, one unit per row above | tiled Z and H, then one cube per row for the loss and dH, then the mean |
-//! | `head_backward` | one fused kernel (stages 3 to 6, per-chunk dW and db), then the chunks' sums | dZ, db, then dW and dX tiled (K split when the output has few tiles) |
+//! | `head_forward` | one fused kernel (stages 1, 2, loss sums), planes below B = 16384, one unit per row above; bf16 and f16 X read natively on CUDA, Z and dH kept in f32 ([`FusedHeadBackend::head_forward_state_dtype`]) | tiled Z and H, then one cube per row for the loss and dH, then the mean |
+//! | `head_backward` | one fused kernel (stages 3 to 6, per-chunk dW and db), then the chunks' sums; bf16 and f16 X natively on CUDA, from f32 Z and dH | dZ, db, then dW and dX tiled (K split when the output has few tiles) |
 //! | `head_step` (autodiff's training step, and the loss alone) | `head_forward`, then `head_backward` with g = 1 | the streamed path ([`streamed`]): chunk by chunk of rows, the products on cuBLASLt on CUDA (`cublaslt`) or the tiled kernels, no f32 `[B, C]` tensor (bf16's whole-batch mode keeps its dZ `[B, C]` in bf16) |
 //! | `head_logits` | the forward's layouts, H only | the tiled forward, H only |
 //!

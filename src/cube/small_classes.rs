@@ -451,6 +451,7 @@ pub(super) fn backward<
 
 /// Whether the small-C kernels read and write X's half type (bf16, f16) natively on the
 /// runtime `R`: CUDA. Elsewhere (wgpu) half-precision inputs go through the f32 impl.
+#[cfg_attr(not(feature = "cuda"), allow(clippy::extra_unused_type_parameters))]
 pub(super) fn half_native<R: CubeRuntime>() -> bool {
     #[cfg(feature = "cuda")]
     {
