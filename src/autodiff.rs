@@ -39,10 +39,6 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
         B::head_gradients_in_forward(batch, inputs, classes)
     }
 
-    fn head_forward_state_dtype(dtype: DType, classes: usize) -> DType {
-        B::head_forward_state_dtype(dtype, classes)
-    }
-
     fn head_products_in_f64() -> bool {
         B::head_products_in_f64()
     }
@@ -70,9 +66,9 @@ impl<B: FusedHeadBackend, C: CheckpointStrategy> FusedHeadBackend for Autodiff<B
                 tracked::<B, C>(x, weight, bias, targets, kernels, extras.predictions);
             (loss, HeadExtraOutputs::predictions(predictions))
         } else if let Some(terms) = streamed_unweighted::<B, C>(&x, &weight, options, extras) {
-            // A logit scale, a softcap or a z-loss alone, streamed: the plain step's route,
-            // the terms in its row kernel, no row weight built (with the statistics, each row
-            // weighs 1/B: `HeadStep::terms`).
+            // A logit scale, a softcap or a z-loss (and the statistics), streamed: the plain
+            // step's route, the terms and the statistics in its row kernel, no row weight
+            // built (`HeadStep::terms`).
             let kernels = options.kernels();
             let predict = extras.predictions;
             gradients_in_forward::<B, C>(x, weight, bias, targets, kernels, predict, terms)

@@ -179,7 +179,9 @@ pub struct HeadStepOutput<B: Backend> {
     /// With [`RowTerms::token_stats`] in the step's terms, or row weights and a z-loss (an
     /// unweighted z-loss alone gives none), each row's statistics
     /// in the loss rows' dtype: its log-sum-exp, entropy, and the log-probability of its
-    /// target, `-loss[r]` (on every row: the caller masks the ignored ones).
+    /// target, `-loss[r]` with row weights (on every row: the caller masks the ignored ones);
+    /// without row weights, where `loss` is the mean, each row's own `-ce` (with a z-loss,
+    /// `zeta lse^2 - l` from the row's `l = ce + zeta lse^2`).
     pub token_stats: Option<HeadTokenStats<B>>,
 }
 

@@ -14,8 +14,10 @@ pub fn peak_memory<T>(f: impl FnOnce() -> T) -> (T, u64) {
         use std::sync::atomic::Ordering;
         BYTES.store(0, Ordering::SeqCst);
         RECORD.store(true, Ordering::SeqCst);
-        let out = f();
-        RECORD.store(false, Ordering::SeqCst);
+        let out = {
+            let _off = OnDrop(|| RECORD.store(false, Ordering::SeqCst));
+            f()
+        };
         (out, BYTES.load(Ordering::SeqCst))
     }
     #[cfg(not(feature = "cube"))]
@@ -53,8 +55,9 @@ pub fn whole_batch_dz_steps() -> u64 {
     }
 }
 
-/// How many training steps of this process at C <= 32 read bf16 or f16 X natively (CUDA:
-/// the small-C kernels on X in its own type); 0 elsewhere.
+/// How many forward passes of this process at C <= 32 read bf16 or f16 X natively (CUDA:
+/// the small-C kernels on X in its own type; a training step's, or `head_forward` called
+/// directly); 0 elsewhere.
 pub fn half_small_class_steps() -> u64 {
     #[cfg(feature = "cube")]
     {
@@ -82,9 +85,8 @@ pub fn with_half_loads<T>(factor: u64, f: impl FnOnce() -> T) -> T {
         use std::sync::atomic::Ordering;
         let switch = &crate::cube::streamed::routes::SWITCHES.half_loads;
         switch.store(factor, Ordering::SeqCst);
-        let out = f();
-        switch.store(0, Ordering::SeqCst);
-        out
+        let _reset = OnDrop(|| switch.store(0, Ordering::SeqCst));
+        f()
     }
     #[cfg(not(feature = "cube"))]
     {
@@ -120,14 +122,25 @@ pub fn dw_from_x_as_stored<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// `f` run with `switch` on.
+/// `f` run with `switch` on (off again when `f` returns or panics).
 #[cfg(feature = "cube")]
 fn with_switch<T>(switch: &std::sync::atomic::AtomicBool, f: impl FnOnce() -> T) -> T {
     use std::sync::atomic::Ordering;
     switch.store(true, Ordering::SeqCst);
-    let out = f();
-    switch.store(false, Ordering::SeqCst);
-    out
+    let _off = OnDrop(|| switch.store(false, Ordering::SeqCst));
+    f()
+}
+
+/// Runs its closure when dropped: a process-wide switch set for `f` is reset even where `f`
+/// panics (a test that fails inside it must not leave the next test on another route).
+#[cfg(feature = "cube")]
+struct OnDrop<F: FnMut()>(F);
+
+#[cfg(feature = "cube")]
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
 }
 
 /// One streamed step's cuBLASLt chunks on one GPU timeline, as [`timeline`] traced them: the
@@ -169,8 +182,10 @@ pub fn timeline<T>(f: impl FnOnce() -> T) -> (T, Vec<Timeline>) {
         STEPS.lock().expect("timeline").clear();
         *CALLED.lock().expect("timeline") = None;
         ON.store(true, Ordering::SeqCst);
-        let out = f();
-        ON.store(false, Ordering::SeqCst);
+        let out = {
+            let _off = OnDrop(|| ON.store(false, Ordering::SeqCst));
+            f()
+        };
         let steps = std::mem::take(&mut *STEPS.lock().expect("timeline"));
         let steps = steps
             .into_iter()

@@ -5,10 +5,10 @@
 //! f16 runs the f32 impl everywhere, its products exact, and never rounds dZ to f16:
 //! `dZ = (p - onehot) / B` falls below f16's range at large B (at B = 8192 a probability under
 //! 5e-4 gives a dZ below f16's smallest subnormal), and rounded it would zero most of dW. So
-//! `Autodiff` runs the training step with the gradients in the forward pass for f16 inputs at
-//! C > 32 (it keeps no dH; at C <= 32 on CUDA the forward keeps Z and dH in f32, below), and the
-//! step never makes the f16 copy of dZ that bf16's native path makes (bf16 has f32's exponent
-//! range). `head_forward` called directly on f16 tensors returns dH in the dtype that
+//! `Autodiff` runs the training step with the gradients in the forward pass for f16 inputs
+//! except at C <= 32 on CUDA (it keeps no dH; there the forward keeps Z and dH in f32, below),
+//! and the step never makes the f16 copy of dZ that bf16's native path makes (bf16 has f32's
+//! exponent range). `head_forward` called directly on f16 tensors returns dH in the dtype that
 //! `head_forward_state_dtype` names: f32 at C <= 32 on CUDA, else rounded to f16. With row
 //! weights (loss options, LM terms), f16 inputs take the same route ([`weighted_training_step`]):
 //! the f32 impl, its streamed path at C > 32. (Until 2026-12-03 they took the materialized path,

@@ -399,16 +399,20 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
 
 /// The statistics of a streamed step without row weights: the log-sum-exp and the entropy as
 /// the row kernel wrote them, the target's log-probability `-ce` from each row's loss `l`:
-/// `-l`, or with a z-loss (in `l` there) `zeta lse^2 - l`, one f32 rounding of `l`'s size
-/// from the exact `-ce` (the kernel's own `l = ce + zeta lse^2` rounded once too).
+/// `-l`, or with a z-loss (in `l` there) `zeta lse^2 - l`, the z-term in the kernel's order.
+/// That difference is off from `-ce` by f32 roundings of `l`'s and the z-term's size (the
+/// kernel may fuse its `ce + zeta lse^2` into one rounding, the host rounds the z-term apart):
+/// within the gate where the z-term is not orders of magnitude above the cross-entropy, and
+/// where it is, a target that takes nearly all the probability can come out slightly above 0.
 fn unweighted_stats<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     [lse, entropy, loss]: streamed::RowStats<R>,
     terms: RowTerms,
 ) -> HeadTokenStats<CubeBackend<R, F, I, BT>> {
     type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
     let target_log_prob = if terms.z_loss != 0.0 {
-        let square = B::<R, F, I, BT>::float_mul(lse.clone(), lse.clone());
-        let z_term = B::<R, F, I, BT>::float_mul_scalar(square, terms.z_loss.into());
+        // `(zeta lse) lse`, the row kernel's order.
+        let scaled = B::<R, F, I, BT>::float_mul_scalar(lse.clone(), terms.z_loss.into());
+        let z_term = B::<R, F, I, BT>::float_mul(scaled, lse.clone());
         B::<R, F, I, BT>::float_sub(z_term, loss)
     } else {
         B::<R, F, I, BT>::float_neg(loss)

@@ -2,7 +2,9 @@
 //! forward and one backward, the C values of a row in registers.
 //!
 //! Geometry is a rule of (B, I, C) only, never of the device, so the same inputs give the same
-//! bits on every GPU. The three rules, each a struct with `new(batch, inputs, classes)`:
+//! bits on every GPU. The three rules, each a struct made by `new` from (B, I, C), and
+//! [`RowForward`]'s and [`BackwardGeometry`]'s from X's element size too (2-byte X loads more
+//! at once):
 //! - [`RowForward`]: the forward and logits from [`ROW_FORWARD_FROM`] rows on, one unit per row;
 //! - [`PlaneForward`]: below, one plane per group of rows;
 //! - [`BackwardGeometry`]: the backward's vector width, load groups, units and row chunks.
