@@ -48,7 +48,8 @@ rule of the build that ran it, given as `--rule SMALL,LARGE` elements, default t
 rule before 2026-12-03 evening), the chunk rows that budget gives, the step (one sync, then 20
 back to back), and the memory; `terms` prints the runs at one shape and precision with their
 flags, backend (`--fusion` or raw) and step beside the same backend's plain run (its last one
-in the log).
+in the log). `timeline` prints the traced runs (`--timeline`), each beside the mean wall of
+the plain runs of its shape and precision.
 """
 import csv
 import os
@@ -274,6 +275,37 @@ def terms(path):
         print(f"| {'`Cuda<bf16>` (fusion)' if fusion else 'raw `CubeBackend`'} | none (plain) | {step:.2f} | | 1 |")
 
 
+def timeline(path):
+    """The traced runs (`--timeline`) of a profile log, each beside the mean of the plain runs
+    (no LM terms, no statistics) of its precision: wall, its ratio, the stream, the row
+    kernel and the time after the stream (ms, medians of the run's steps)."""
+    runs = []
+    for line in open(path):
+        if line.startswith("=== "):
+            runs.append((header_words(line), {}))
+        elif runs and line.startswith("timeline medians"):
+            for key, pattern in (("wall", r"wall ([\d.]+)"), ("stream", r"stream ([\d.]+)"), ("after", r"after ([\d.]+)")):
+                runs[-1][1][key] = float(re.search(pattern, line)[1])
+        elif runs and line.startswith("timeline stream by operation"):
+            runs[-1][1]["rows"] = float(re.search(r"rows ([\d.]+)", line)[1])
+    runs = [r for r in runs if "wall" in r[1]]
+    valued = ("--z-loss", "--softcap", "--logit-scale")
+    name = lambda words: "bf16, identity" if "--bf16" in words else "TF32, ReLU" if "--tf32" in words else "f32, ReLU"
+    plain = {}
+    for words, run in runs:
+        if not any(f in words for f in valued) and "--token-stats" not in words:
+            plain.setdefault((tuple(words[:3]), name(words)), []).append(run["wall"])
+    print("| B, I, C | precision | terms | wall, traced | / plain | stream | row kernel | after the stream |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for words, run in runs:
+        terms = "all three" if any(f in words for f in valued) else "none"
+        if "--token-stats" in words:
+            terms = "stats" if terms == "none" else terms + ", stats"
+        base = plain.get((tuple(words[:3]), name(words)))
+        ratio = "" if terms == "none" or not base else f"{run['wall'] / (sum(base) / len(base)):.3f}"
+        print(f"| {', '.join(words[:3])} | {name(words)} | {terms} | {run['wall']:.3f} | {ratio} | {run['stream']:.3f} | {run['rows']:.3f} | {run['after']:.3f} |")
+
+
 def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector row kernel,bin-profile=both"):
     """Builds run side by side in one lease: each header starts with the binary that ran."""
     label = dict(kv.split("=", 1) for kv in names.split(","))
@@ -305,5 +337,5 @@ def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector 
 
 
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "readme": readme, "builds": builds}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "readme": readme, "builds": builds}
     modes[sys.argv[1]](*sys.argv[2:])
