@@ -100,8 +100,10 @@ def ours_rows(profile_log):
             if not any(f in flags for f in ("--z-loss", "--softcap", "--logit-scale")):
                 rows.append(head)
         elif head is not None and line.startswith("memory:"):
-            # Only the streamed path records its peak (0 on the small-C path: left blank).
-            if float(re.search(r"peak in use ([\d.]+) MiB", line)[1]) > 0:
+            # Only the streamed path records its peak (0 on the small-C path, or "not
+            # recorded" since 2026-12-06: left blank).
+            peak = re.search(r"peak in use ([\d.]+) MiB", line)
+            if peak and float(peak[1]) > 0:
                 head["extra_mib"] = re.search(r"beyond inputs and gradients (-?[\d.]+) MiB", line)[1]
         elif head is not None and line.startswith("medians"):
             head["step_ms"] = re.search(r"step \(one sync\) ([\d.]+)", line)[1]
@@ -220,7 +222,8 @@ def profile_runs(path):
         elif runs and line.startswith("step, 20"):
             runs[-1][1]["back"] = float(re.search(r"per sync: ([\d.]+)", line)[1])
         elif runs and line.startswith("memory:"):
-            runs[-1][1]["extra"] = re.search(r"beyond inputs and gradients (-?[\d.]+) MiB", line)[1]
+            extra = re.search(r"beyond inputs and gradients (-?[\d.]+) MiB", line)
+            runs[-1][1]["extra"] = extra[1] if extra else "not recorded"
     return [r for r in runs if "step" in r[1]]
 
 

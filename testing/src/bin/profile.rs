@@ -23,7 +23,8 @@
 //! `--dw-as-stored` computes TF32 dW from X as stored, not from its transposed chunk
 //! (`burn_fused_head::testing::dw_from_x_as_stored`): the two layouts side by side.
 //! `--memory` prints the streamed path's peak bytes in use over one step and what it holds
-//! beyond the inputs and the gradients (`burn_fused_head::testing::peak_memory`).
+//! beyond the inputs and the gradients (`burn_fused_head::testing::peak_memory`), or that
+//! none was recorded where the streamed path did not run (C <= 32, wgpu).
 //! `--timeline` times `steps` more steps on one GPU timeline with CUDA events
 //! (`burn_fused_head::testing::timeline`): where the wall time goes between the host and the
 //! stream, and each kind of operation's GPU time under sustained load.
@@ -180,11 +181,16 @@ fn steps<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
         let floats = (batch * inputs + classes * inputs + classes) * float_dtype::<B>().size();
         let labels_bytes = batch * <B::IntElem as burn::tensor::Element>::dtype().size();
         let mib = |bytes: f64| bytes / (1 << 20) as f64;
-        println!(
-            "memory: peak in use {:.1} MiB, beyond inputs and gradients {:.1} MiB",
-            mib(peak as f64),
-            mib(peak as f64 - (2 * floats + labels_bytes) as f64)
-        );
+        if peak == 0 {
+            // `peak_memory` reads the streamed path's fullest points only.
+            println!("memory: not recorded (the streamed path did not run)");
+        } else {
+            println!(
+                "memory: peak in use {:.1} MiB, beyond inputs and gradients {:.1} MiB",
+                mib(peak as f64),
+                mib(peak as f64 - (2 * floats + labels_bytes) as f64)
+            );
+        }
     }
     if flag("--phases") {
         phases::<B>(device, &x, &w, &b, &labels, steps);
