@@ -9,6 +9,9 @@
     python3 docs/bench/large_c.py chunks docs/bench/DATE-chunks-profile.log
     python3 docs/bench/large_c.py terms docs/bench/DATE-chunks-profile.log
     python3 docs/bench/large_c.py builds docs/bench/DATE-night-builds-profile.log [BINARY=LABEL,..]
+    python3 docs/bench/large_c.py lease DATE-profile.log [DATE-peers.csv] > docs/bench/DATE.csv
+    python3 docs/bench/large_c.py timeline docs/bench/DATE.csv
+    python3 docs/bench/large_c.py small docs/bench/DATE.csv
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== [HH:MM:SS] B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -48,8 +51,16 @@ rule of the build that ran it, given as `--rule SMALL,LARGE` elements, default t
 rule before 2026-12-03 evening), the chunk rows that budget gives, the step (one sync, then 20
 back to back), and the memory; `terms` prints the runs at one shape and precision with their
 flags, backend (`--fusion` or raw) and step beside the same backend's plain run (its last one
-in the log). `timeline` prints the traced runs (`--timeline`), each beside the mean wall of
-the plain runs of its shape and precision.
+in the log).
+
+`lease` writes one lease's CSV from its profile log and the peers' CSV (since 2026-12-05):
+issue 30's columns, then `options` (the run's other flags, "none"), `round` (the how-manieth
+run of that configuration), `method` (`phases`, `timeline`, `steps` or `peers_bench`),
+`back_to_back_ms`, `stream_ms`, `rows_ms`, `after_ms`; step_ms is the traced wall for
+`timeline` runs, "failed: " and the run's error where it printed no figure; extra_mib "not
+run" without `--memory`; "-" where the method does not measure a column. `timeline` prints
+its traced runs, each beside the mean wall of the plain runs of its shape and precision;
+`small` its `--phases` runs of ours, every round, beside the peers of the same shape.
 """
 import csv
 import os
@@ -70,28 +81,41 @@ def header_words(line):
     return words
 
 
+def contender(flags):
+    """Ours' contender name from a run's flags (the module's docstring)."""
+    build = BUILDS.get(flags[-1]) if flags else None
+    if build:
+        return build
+    if "--phases" in flags and "--fusion" not in flags:
+        return "ours-raw"
+    if "--host-ordered" in flags:
+        return "ours-host-ordered"
+    if "--dw-as-stored" in flags:
+        return "ours-dw-as-stored"
+    return "ours"
+
+
+def precision(flags):
+    return "bf16" if "--bf16" in flags else "tf32" if "--tf32" in flags else "f32"
+
+
+def activation(flags):
+    return "identity" if "--identity" in flags else "relu"
+
+
 def ours_rows(profile_log):
     rows, head = [], None
     for line in open(profile_log):
         if line.startswith("=== "):
             words = header_words(line)
             flags = words[3:]
-            build = BUILDS.get(flags[-1]) if flags else None
             head = {
                 "B": words[0],
                 "I": words[1],
                 "C": words[2],
-                "contender": build
-                if build
-                else "ours-raw"
-                if "--phases" in flags and "--fusion" not in flags
-                else "ours-host-ordered"
-                if "--host-ordered" in flags
-                else "ours-dw-as-stored"
-                if "--dw-as-stored" in flags
-                else "ours",
-                "precision": "bf16" if "--bf16" in flags else "tf32" if "--tf32" in flags else "f32",
-                "activation": "identity" if "--identity" in flags else "relu",
+                "contender": contender(flags),
+                "precision": precision(flags),
+                "activation": activation(flags),
                 "step_ms": "",
                 "extra_mib": "",
             }
@@ -211,20 +235,84 @@ def readme(path):
             print(f"| {head} | {name} | {cell((b, i, c, 'ours', precision, activation))} | {pair('torch')} | {pair('torch-compile')} | {cell((b, i, c, 'liger', precision, 'identity'))} | {cce} |")
 
 
-def profile_runs(path):
-    """(header words, {step, back, extra}) of each run of a profile log, in order."""
+def log_runs(path):
+    """(header words, figures) of every run of a profile log, in order: `step` (one sync),
+    `back` (20 back to back), `extra` (memory), `wall`, `stream`, `after`, `rows` (traced),
+    and `error`, the run's first line naming a panic or an error."""
     runs = []
     for line in open(path):
         if line.startswith("=== "):
             runs.append((header_words(line), {}))
-        elif runs and line.startswith("medians"):
+        elif not runs:
+            continue
+        elif line.startswith("medians"):
             runs[-1][1]["step"] = float(re.search(r"step \(one sync\) ([\d.]+)", line)[1])
-        elif runs and line.startswith("step, 20"):
+        elif line.startswith("step, 20"):
             runs[-1][1]["back"] = float(re.search(r"per sync: ([\d.]+)", line)[1])
-        elif runs and line.startswith("memory:"):
+        elif line.startswith("memory:"):
             extra = re.search(r"beyond inputs and gradients (-?[\d.]+) MiB", line)
             runs[-1][1]["extra"] = extra[1] if extra else "not recorded"
-    return [r for r in runs if "step" in r[1]]
+        elif line.startswith("timeline medians"):
+            for key in ("wall", "stream", "after"):
+                runs[-1][1][key] = float(re.search(key + r" ([\d.]+)", line)[1])
+        elif line.startswith("timeline stream by operation"):
+            runs[-1][1]["rows"] = float(re.search(r"rows ([\d.]+)", line)[1])
+        elif re.search(r"panicked|rror", line) and "error" not in runs[-1][1]:
+            runs[-1][1]["error"] = line.strip()
+    return runs
+
+
+def profile_runs(path):
+    """(header words, {step, back, extra}) of each run of a profile log that timed steps."""
+    return [r for r in log_runs(path) if "step" in r[1]]
+
+
+# The lease CSV: issue 30's columns, then what else a run measured ("-" where its method
+# does not measure it).
+LEASE_COLUMNS = COLUMNS + ["options", "round", "method", "back_to_back_ms", "stream_ms", "rows_ms", "after_ms"]
+# Flags that name the row's columns or the method, not an option.
+NAMED = ("--bf16", "--tf32", "--identity", "--fusion", "--phases", "--timeline", "--memory")
+VALUED = ("--chunk", "--z-loss", "--softcap", "--logit-scale", "--half-loads")
+
+
+def options(flags):
+    """A run's other flags, without the step count (the bare number not after a valued flag)."""
+    kept = [w for k, w in enumerate(flags) if w not in NAMED and (not w.isdigit() or (k > 0 and flags[k - 1] in VALUED))]
+    return " ".join(kept) or "none"
+
+
+def lease(profile_log, peers_csv=None):
+    """One lease's CSV: every run of ours in the log (each round), then the peers' rows."""
+    out = csv.DictWriter(sys.stdout, LEASE_COLUMNS, lineterminator="\n")
+    out.writeheader()
+    rounds = {}
+    for words, run in log_runs(profile_log):
+        flags = words[3:]
+        method = "phases" if "--phases" in flags else "timeline" if "--timeline" in flags else "steps"
+        row = {"B": words[0], "I": words[1], "C": words[2], "contender": contender(flags),
+               "precision": precision(flags), "activation": activation(flags),
+               "options": options(flags), "method": method}
+        key = tuple(row.values())
+        rounds[key] = rounds.get(key, 0) + 1
+        step = run.get("wall" if method == "timeline" else "step")
+        failed = "failed: " + run.get("error", "no result printed")
+        fig = lambda name: f"{run[name]:.4f}" if name in run else "-"
+        row.update({
+            "round": rounds[key],
+            "step_ms": f"{step:.4f}" if step is not None else failed,
+            "extra_mib": run.get("extra", "not run"),
+            "back_to_back_ms": fig("back"),
+            "stream_ms": fig("stream"),
+            "rows_ms": fig("rows"),
+            "after_ms": fig("after"),
+        })
+        out.writerow(row)
+    seen = {}
+    for row in csv.DictReader(open(peers_csv)) if peers_csv else []:
+        key = tuple(row[k] for k in COLUMNS[:6])
+        seen[key] = seen.get(key, 0) + 1
+        out.writerow({**row, "options": "none", "round": seen[key], "method": "peers_bench",
+                      "back_to_back_ms": "-", "stream_ms": "-", "rows_ms": "-", "after_ms": "-"})
 
 
 def value_after(words, flag):
@@ -278,35 +366,63 @@ def terms(path):
         print(f"| {'`Cuda<bf16>` (fusion)' if fusion else 'raw `CubeBackend`'} | none (plain) | {step:.2f} | | 1 |")
 
 
+def terms_of(row):
+    """The LM terms and the statistics of a row's options, as the tables name them."""
+    terms = "all three" if any(f in row["options"] for f in ("--z-loss", "--softcap", "--logit-scale")) else "none"
+    if "--token-stats" in row["options"]:
+        terms = "stats" if terms == "none" else terms + ", stats"
+    return terms
+
+
 def timeline(path):
-    """The traced runs (`--timeline`) of a profile log, each beside the mean of the plain runs
-    (no LM terms, no statistics) of its precision: wall, its ratio, the stream, the row
-    kernel and the time after the stream (ms, medians of the run's steps)."""
-    runs = []
-    for line in open(path):
-        if line.startswith("=== "):
-            runs.append((header_words(line), {}))
-        elif runs and line.startswith("timeline medians"):
-            for key, pattern in (("wall", r"wall ([\d.]+)"), ("stream", r"stream ([\d.]+)"), ("after", r"after ([\d.]+)")):
-                runs[-1][1][key] = float(re.search(pattern, line)[1])
-        elif runs and line.startswith("timeline stream by operation"):
-            runs[-1][1]["rows"] = float(re.search(r"rows ([\d.]+)", line)[1])
-    runs = [r for r in runs if "wall" in r[1]]
-    valued = ("--z-loss", "--softcap", "--logit-scale")
-    name = lambda words: "bf16, identity" if "--bf16" in words else "TF32, ReLU" if "--tf32" in words else "f32, ReLU"
+    """From a lease CSV: the traced runs, each beside the mean of the plain runs (no LM terms,
+    no statistics) of its shape and precision: its round, wall, its ratio, the stream, the row kernel
+    and the time after the stream (ms, medians of the run's steps)."""
+    runs = [r for r in csv.DictReader(open(path)) if r["method"] == "timeline"]
+    name = lambda r: {"bf16": "bf16", "tf32": "TF32", "f32": "f32"}[r["precision"]] + (", identity" if r["activation"] == "identity" else ", ReLU")
+    key = lambda r: (r["B"], r["I"], r["C"], name(r))
     plain = {}
-    for words, run in runs:
-        if not any(f in words for f in valued) and "--token-stats" not in words:
-            plain.setdefault((tuple(words[:3]), name(words)), []).append(run["wall"])
-    print("| B, I, C | precision | terms | wall, traced | / plain | stream | row kernel | after the stream |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for words, run in runs:
-        terms = "all three" if any(f in words for f in valued) else "none"
-        if "--token-stats" in words:
-            terms = "stats" if terms == "none" else terms + ", stats"
-        base = plain.get((tuple(words[:3]), name(words)))
-        ratio = "" if terms == "none" or not base else f"{run['wall'] / (sum(base) / len(base)):.3f}"
-        print(f"| {', '.join(words[:3])} | {name(words)} | {terms} | {run['wall']:.3f} | {ratio} | {run['stream']:.3f} | {run['rows']:.3f} | {run['after']:.3f} |")
+    for r in runs:
+        if terms_of(r) == "none" and not r["step_ms"].startswith("failed"):
+            plain.setdefault(key(r), []).append(float(r["step_ms"]))
+    print("| B, I, C | precision | terms | round | wall, traced | / plain | stream | row kernel | after the stream |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in runs:
+        if r["step_ms"].startswith("failed"):
+            print(f"| {r['B']}, {r['I']}, {r['C']} | {name(r)} | {terms_of(r)} | {r['round']} | {r['step_ms']} | | | | |")
+            continue
+        base = plain.get(key(r))
+        ratio = "base" if terms_of(r) == "none" else "no plain run" if not base else f"{float(r['step_ms']) / (sum(base) / len(base)):.3f}"
+        cells = " | ".join(f"{float(r[c]):.3f}" for c in ("step_ms", "stream_ms", "rows_ms", "after_ms"))
+        print(f"| {r['B']}, {r['I']}, {r['C']} | {name(r)} | {terms_of(r)} | {r['round']} | {cells.replace(' | ', f' | {ratio} | ', 1)} |")
+
+
+def small(path):
+    """From a lease CSV: ours' `--phases` runs, one row per configuration with every round's
+    step (one sync) and 20 back to back, beside the peers at the shape: PyTorch's f32 and TF32
+    steps for f32 rows, every peer's bf16 step of the same activation for bf16 rows."""
+    rows = list(csv.DictReader(open(path)))
+    ours = [r for r in rows if r["method"] == "phases" and r["contender"] == "ours"]
+    peers = [r for r in rows if r["method"] == "peers_bench"]
+    configs = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"], r["activation"], r["options"]) for r in ours)
+    names = {"torch": "torch", "liger": "Liger", "cce": "CCE", "torch-compile": "torch.compile"}
+    print("| B, I, C | precision | step, one sync | 20 back to back, per step | peer, same lease (synced median) |")
+    print("|---|---|---:|---:|---|")
+    for config in configs:
+        b, i, c, prec, act, opts = config
+        runs = [r for r in ours if (r["B"], r["I"], r["C"], r["precision"], r["activation"], r["options"]) == config]
+        label = prec + (", identity" if act == "identity" else "")
+        if "--half-loads" in opts:
+            label += ", loads " + opts.split("--half-loads ")[1].split()[0]
+        fmt = lambda v: v if v.startswith("failed") else f"{float(v):.3f}"
+        one = " / ".join(fmt(r["step_ms"]) for r in runs)
+        back = " / ".join(fmt(r["back_to_back_ms"]) for r in runs)
+        wanted = ("f32", "tf32") if prec == "f32" else (prec,)
+        here = [p for p in peers if (p["B"], p["I"], p["C"]) == (b, i, c) and p["precision"] in wanted and p["activation"] == act]
+        if prec == "f32":
+            here = [p for p in here if p["contender"] == "torch"]
+        cell = ", ".join(f"{names.get(p['contender'], p['contender'])} {'fp32' if p['precision'] == 'f32' else p['precision']} {float(p['step_ms']):.3f}" for p in here)
+        print(f"| {b}, {i}, {c} | {label} | {one} | {back} | {cell or 'not run'} |")
 
 
 def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector row kernel,bin-profile=both"):
@@ -340,5 +456,5 @@ def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector 
 
 
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "readme": readme, "builds": builds}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "lease": lease, "readme": readme, "builds": builds}
     modes[sys.argv[1]](*sys.argv[2:])
