@@ -177,14 +177,14 @@ fn steps<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
             B::sync(device).unwrap();
             drop(kept);
         });
-        // X, W, b and their gradients in the float dtype, and the labels.
-        let floats = (batch * inputs + classes * inputs + classes) * float_dtype::<B>().size();
-        let labels_bytes = batch * <B::IntElem as burn::tensor::Element>::dtype().size();
-        let mib = |bytes: f64| bytes / (1 << 20) as f64;
         if peak == 0 {
             // `peak_memory` reads the streamed path's fullest points only.
             println!("memory: not recorded (the streamed path did not run)");
         } else {
+            // X, W, b and their gradients in the float dtype, and the labels.
+            let floats = (batch * inputs + classes * inputs + classes) * float_dtype::<B>().size();
+            let labels_bytes = batch * <B::IntElem as burn::tensor::Element>::dtype().size();
+            let mib = |bytes: f64| bytes / (1 << 20) as f64;
             println!(
                 "memory: peak in use {:.1} MiB, beyond inputs and gradients {:.1} MiB",
                 mib(peak as f64),
