@@ -12,7 +12,7 @@ use crate::ops::{
     TokenStats, fused_linear_cross_entropy, fused_linear_cross_entropy_and_predictions,
     fused_linear_cross_entropy_with_token_stats, logits,
 };
-use crate::options::{HeadActivation, HeadOptions, HeadPrecision, HeadReduction};
+use crate::options::{HeadAccumulation, HeadActivation, HeadOptions, HeadPrecision, HeadReduction};
 
 /// Configuration of a [`FusedLinearCrossEntropy`]: `LinearConfig`'s fields and the op's
 /// [`HeadOptions`].
@@ -77,6 +77,7 @@ impl FusedLinearCrossEntropyConfig {
         with_softcap: Option<f32>,
         with_z_loss: Option<f32>,
         with_chunk_elements: Option<usize>,
+        with_accumulation: HeadAccumulation,
     );
 
     /// A head with W `[C, I]` and b `[C]` on `device`.

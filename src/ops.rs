@@ -264,12 +264,14 @@ fn cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
     )
 }
 
-/// `options` with the plain mean's loss options (activation, precision and chunks kept).
+/// `options` with the plain mean's loss options (activation, precision, chunks and
+/// accumulation kept).
 fn plain_of(options: &HeadOptions) -> HeadOptions {
     HeadOptions::new()
         .with_activation(options.activation)
         .with_precision(options.precision)
         .with_chunk_elements(options.chunk_elements)
+        .with_accumulation(options.accumulation)
 }
 
 /// `H = act(X W^T + b)` `[.., C]` for X `[.., I]`: what the module's `forward` returns, from

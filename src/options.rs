@@ -72,6 +72,41 @@ impl Default for HeadPrecision {
     }
 }
 
+/// How the streamed path (C > 32 on the CubeCL backends, training) sums the weight gradient
+/// over its chunks of rows: the memory it holds against the rounding it adds, for bf16 tensors.
+///
+/// f32 tensors accumulate in f32 either way; `Lean` only gives them the smaller chunks. C <= 32,
+/// the stock-op backends (NdArray, Flex, Candle) and a call without dW have no chunks to sum
+/// over and do the same under both.
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub enum HeadAccumulation {
+    /// dW and db are summed in f32 and rounded to the gradient's type once, at the end. bf16
+    /// holds an f32 `[C, I]` (or, where `B <= 2 I`, the whole batch's bf16 dZ `[B, C]`, no
+    /// larger) beyond the inputs and gradients: at most `4 C I` bytes + 256 MiB.
+    F32,
+    /// dW is summed in the gradient's own type: each chunk's product reads the running bf16 dW,
+    /// adds its part in f32 and rounds the sum to bf16 (Liger-Kernel's fused loss does the
+    /// same), and the chunks are smaller (32 Mi elements, so 1024 rows at C = 32000 and 256
+    /// at C = 128256). On cuBLASLt the path then holds its chunk buffers (at most 192 MiB in
+    /// bf16, 128 MiB in f32, plus X's transposed chunk with TF32, at most 32 MiB), cuBLASLt's
+    /// 32 MiB workspace and its per-row and per-class vectors (`4 B` and `4 C` bytes each, a
+    /// few of them) beyond the inputs and gradients: under 256 MiB while those vectors take
+    /// under 32 MiB, as at (8192, 4096, 32000) and (8192, 4096, 128256). The price
+    /// is one rounding of dW per chunk, `u = 2^-8` of the running sum each (the bound is
+    /// `gates::lean_slack` in the testing crate), and more passes over dW. db stays an f32 sum
+    /// (`4 C` bytes). The CubeCL products (no cuBLASLt) also hold a `[C, I]` partial of each
+    /// chunk's dW while it is added.
+    Lean,
+}
+
+// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
+#[allow(clippy::derivable_impls)]
+impl Default for HeadAccumulation {
+    fn default() -> Self {
+        Self::F32
+    }
+}
+
 /// How the per-row losses become the result: PyTorch's `reduction`.
 #[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
 pub enum HeadReduction {
@@ -156,6 +191,10 @@ pub struct HeadOptions {
     /// row. Default: the path's own rule (64 Mi elements, 128 Mi from C = 65536). The bits
     /// of the result depend on it (dW and db are summed chunk by chunk), never on the call.
     pub chunk_elements: Option<usize>,
+    /// See [`HeadAccumulation`]. Default: f32. A `chunk_elements` given replaces the lean
+    /// mode's chunk budget too.
+    #[config(default = "HeadAccumulation::F32")]
+    pub accumulation: HeadAccumulation,
 }
 
 impl Default for HeadOptions {
@@ -208,6 +247,7 @@ impl HeadOptions {
             activation: self.activation,
             precision: self.precision,
             chunk_elements: self.chunk_elements,
+            accumulation: self.accumulation,
         }
     }
 
@@ -274,8 +314,8 @@ impl From<HeadPrecision> for HeadOptions {
 }
 
 /// The part of [`HeadOptions`] the kernels read: the activation, the precision of the
-/// large-C products and the streamed path's chunk budget. The backend extension trait's fused
-/// methods take it; the cross-entropy options are applied around them.
+/// large-C products, the streamed path's chunk budget and its accumulation. The backend extension
+/// trait's fused methods take it; the cross-entropy options are applied around them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelOptions {
     /// See [`HeadActivation`].
@@ -284,6 +324,8 @@ pub struct KernelOptions {
     pub precision: HeadPrecision,
     /// See [`HeadOptions::chunk_elements`].
     pub chunk_elements: Option<usize>,
+    /// See [`HeadAccumulation`].
+    pub accumulation: HeadAccumulation,
 }
 
 impl KernelOptions {

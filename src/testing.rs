@@ -108,6 +108,23 @@ pub fn one_timeline_steps() -> u64 {
     }
 }
 
+/// The rows of each chunk of the streamed path in the lean mode (`HeadAccumulation::Lean`)
+/// for a batch of `batch` rows and C = `classes`, with the options' `chunk_elements`: where
+/// its dW is rounded to the inputs' type (after each chunk), for the lean mode's gate. The
+/// path's own rule, read, not restated.
+pub fn lean_chunk_rows(batch: usize, classes: usize, chunk_elements: Option<usize>) -> usize {
+    #[cfg(feature = "cube")]
+    {
+        use crate::cube::streamed::{LEAN_CHUNK_ELEMENTS, chunk_rows};
+        chunk_rows(batch, classes, chunk_elements.or(Some(LEAN_CHUNK_ELEMENTS)))
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        let _ = (classes, chunk_elements);
+        batch
+    }
+}
+
 /// Runs `f` with the streamed path's TF32 dW computed from X as stored (both operands
 /// MN-major) in place of X's transposed chunk, for the benchmark's comparison of the two
 /// layouts. Process-wide while `f` runs. Nothing changes where cuBLASLt does not run.

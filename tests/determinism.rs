@@ -10,7 +10,7 @@ mod common;
 use burn::backend::Autodiff;
 use burn::tensor::DType;
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, HeadOptions, HeadPrecision, HeadReduction,
+    FusedHeadBackend, HeadAccumulation, HeadActivation, HeadOptions, HeadPrecision, HeadReduction,
     fused_linear_cross_entropy_and_predictions,
 };
 use burn_fused_head_testing::reference::HeadData;
@@ -173,7 +173,16 @@ fn thread_paths(bf16: bool) -> Vec<(&'static str, HeadData, HeadOptions, DType)>
     ];
     if bf16 {
         let data = data(64, 32, 40).rounded_to(DType::BF16);
-        paths.push(("bf16 streamed", data, HeadOptions::new(), DType::BF16));
+        paths.push((
+            "bf16 streamed",
+            data.clone(),
+            HeadOptions::new(),
+            DType::BF16,
+        ));
+        let lean = HeadOptions::new()
+            .with_accumulation(HeadAccumulation::Lean)
+            .with_chunk_elements(Some(40 * 16));
+        paths.push(("bf16 streamed lean", data, lean, DType::BF16));
         let data = self::data(64, 16, 12).rounded_to(DType::BF16);
         paths.push(("bf16 small C", data, relu, DType::BF16));
     }

@@ -17,10 +17,10 @@ use burn::backend::cuda::CudaDevice;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, bf16, f16};
 use burn_fused_head::{
-    FusedHeadBackend, HeadActivation, fused_linear_cross_entropy,
+    FusedHeadBackend, HeadAccumulation, HeadActivation, HeadOptions, fused_linear_cross_entropy,
     fused_linear_cross_entropy_and_predictions,
 };
-use burn_fused_head_testing::gates::{gate_with_slack, half_slack};
+use burn_fused_head_testing::gates::{gate_with_slack, half_slack, lean_slack};
 use burn_fused_head_testing::reference::HeadData;
 use common::*;
 
@@ -125,6 +125,82 @@ fn bf16_training_step_is_within_the_bf16_bound_of_the_f64_reference() {
     }
 }
 
+/// The lean mode (`HeadAccumulation::Lean`, dW summed in bf16 between chunks) at every
+/// shape of C > 32: within the lean bound (`gates::lean_slack`, the half bound plus one
+/// rounding of the running dW per chunk) of the f64 reference, never in the whole-batch mode,
+/// and, with more than one chunk, not the bits of the f32 accumulation (its roundings ran).
+#[test]
+fn bf16_lean_training_step_is_within_the_lean_bound_of_the_f64_reference() {
+    let _serial = serial();
+    let device = CudaDevice::default();
+    for &(batch, inputs, classes, elements) in SHAPES.iter().filter(|s| s.2 > 32) {
+        let whole = burn_fused_head::testing::whole_batch_dz_steps();
+        let data =
+            HeadData::random(23 + classes as u64, batch, inputs, classes).rounded_to(DType::BF16);
+        let chunk = (elements > 0).then_some(elements);
+        let rows = burn_fused_head::testing::lean_chunk_rows(batch, classes, chunk);
+        let lean =
+            |activation| chunks(activation, elements).with_accumulation(HeadAccumulation::Lean);
+        for (activation, scale, raw) in [
+            (HeadActivation::Relu, 1.0, false),
+            (HeadActivation::Identity, 1.0, false),
+            (HeadActivation::Relu, 0.5, true),
+        ] {
+            let options = lean(activation);
+            let got = if raw {
+                let (x, w, b, labels) = data.tensors::<RawBf16>(&device, DType::BF16);
+                head_grads(x, w, b, labels, scale, |x, w, b, l| {
+                    fused_linear_cross_entropy(x, w, Some(b), l, &options)
+                })
+            } else {
+                let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+                head_grads(x, w, b, labels, scale, |x, w, b, l| {
+                    fused_linear_cross_entropy(x, w, Some(b), l, &options)
+                })
+            };
+            let want = match activation {
+                HeadActivation::Relu => stock_grads(&data, scale),
+                HeadActivation::Identity => stock_linear_grads(&data, scale),
+            };
+            let slack = lean_slack(&data, scale, DType::BF16, activation, rows);
+            let context = format!(
+                "lean {activation:?} B={batch} I={inputs} C={classes} rows={rows} g={scale}"
+            );
+            assert_gates(
+                &context,
+                &[
+                    gate_with_slack("loss", &[got.loss], &[want.loss], &[slack.loss]),
+                    gate_with_slack("dX", &got.dx, &want.dx, &slack.dx),
+                    gate_with_slack("dW", &got.dw, &want.dw, &slack.dw),
+                    gate_with_slack("db", &got.db, &want.db, &slack.db),
+                ],
+            );
+        }
+        // The tests of this file run one at a time (`serial`): the count is these calls'.
+        assert_eq!(
+            burn_fused_head::testing::whole_batch_dz_steps(),
+            whole,
+            "B={batch} I={inputs} C={classes}: a lean step kept the whole batch's dZ"
+        );
+        if rows < batch {
+            let dw = |options: &HeadOptions| {
+                let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
+                head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
+                    fused_linear_cross_entropy(x, w, Some(b), l, options)
+                })
+                .dw
+            };
+            let relu = HeadActivation::Relu;
+            let f32_sums = dw(&chunks(relu, elements).with_accumulation(HeadAccumulation::F32));
+            assert!(
+                dw(&lean(relu)) != f32_sums,
+                "B={batch} I={inputs} C={classes}: lean dW over {rows}-row chunks has the bits of \
+                 the f32 accumulation"
+            );
+        }
+    }
+}
+
 /// f16 runs the f32 kernels (at C <= 32 on X as it is) and never rounds dZ to f16 (it would
 /// leave f16's range at large B): within the f16 bound at every C, on f16 backends and on f32 ones
 /// given f16 tensors. B = 4096 at C = 1000: a dZ of `p / B` far below f16's smallest subnormal
@@ -179,10 +255,13 @@ fn f16_predictions_are_the_rows_argmax() {
     predictions_are_the_rows_argmax::<FusionF16>(DType::F16, 4);
 }
 
-/// The loss and gradients of one bf16 call, as bits.
-fn bits(data: &HeadData, elements: usize) -> Vec<u64> {
+/// The loss and gradients of one bf16 call, as bits, in the lean mode or not.
+fn bits(data: &HeadData, elements: usize, lean: bool) -> Vec<u64> {
     let device = CudaDevice::default();
-    let options = chunks(HeadActivation::Relu, elements);
+    let mut options = chunks(HeadActivation::Relu, elements);
+    if lean {
+        options = options.with_accumulation(HeadAccumulation::Lean);
+    }
     let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
     let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
         fused_linear_cross_entropy(x, w, Some(b), l, &options)
@@ -199,12 +278,14 @@ fn bf16_gives_the_same_bits_on_every_call() {
     let _serial = serial();
     for &(batch, inputs, classes, elements) in &SHAPES[1..] {
         let data = HeadData::random(5, batch, inputs, classes).rounded_to(DType::BF16);
-        let first = bits(&data, elements);
-        for _ in 0..2 {
-            assert!(
-                bits(&data, elements) == first,
-                "B={batch} I={inputs} C={classes}: bits differ between calls"
-            );
+        for lean in [false, true] {
+            let first = bits(&data, elements, lean);
+            for _ in 0..2 {
+                assert!(
+                    bits(&data, elements, lean) == first,
+                    "B={batch} I={inputs} C={classes} lean={lean}: bits differ between calls"
+                );
+            }
         }
     }
 }

@@ -96,7 +96,8 @@ def contender(flags):
 
 
 def precision(flags):
-    return "bf16" if "--bf16" in flags else "tf32" if "--tf32" in flags else "f32"
+    base = "bf16" if "--bf16" in flags else "tf32" if "--tf32" in flags else "f32"
+    return base + "-lean" if "--lean" in flags else base
 
 
 def activation(flags):
@@ -157,7 +158,15 @@ def table(path):
     for b, i, c, precision in keys:
         same = [r for r in rows if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, precision)]
         ours = next(r for r in same if r["contender"] == "ours")
-        peers = [r for r in same if not r["contender"].startswith("ours") and r["step_ms"]]
+        # The lean mode beside the peers of its inputs' precision (theirs have no lean mode).
+        base = precision.removesuffix("-lean")
+        peers = [
+            r
+            for r in rows
+            if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, base)
+            and not r["contender"].startswith("ours")
+            and r["step_ms"]
+        ]
         best = min(peers, key=lambda r: float(r["step_ms"]), default=None)
         mine = float(ours["step_ms"])
         peer = (

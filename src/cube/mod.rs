@@ -582,6 +582,7 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
             tf32,
             relu: kernels.relu(),
             chunk_elements: kernels.chunk_elements,
+            lean: kernels.accumulation == crate::HeadAccumulation::Lean,
             terms,
         },
         predict,

@@ -259,6 +259,36 @@ pub fn half_slack(
     dtype: DType,
     activation: HeadActivation,
 ) -> Slack {
+    half_slack_in_chunks(data, grad, dtype, activation, None)
+}
+
+/// [`half_slack`] for the lean mode (`HeadAccumulation::Lean`), whose streamed path sums dW
+/// in the half type over chunks of `rows` rows: after every chunk but the last, the running
+/// dW `S_k` (the rows before the chunk's end) is rounded to the type, which moves it by at most
+/// `u |S_k| + eta` for a unit upstream gradient. Each such rounding adds, to the element's
+/// allowance, `u (|S_k| + m_k) + eta |grad|` (with the upstream gradient `grad`, by which
+/// autodiff scales the sums), `m_k` what dZ's rounding and the earlier roundings may have
+/// moved `S_k`; the last chunk's rounding is [`half_slack`]'s own. The loss, dX and db are as
+/// [`half_slack`]'s (the mode sums db in f32, and dX is written once per row).
+pub fn lean_slack(
+    data: &crate::reference::HeadData,
+    grad: f64,
+    dtype: DType,
+    activation: HeadActivation,
+    rows: usize,
+) -> Slack {
+    half_slack_in_chunks(data, grad, dtype, activation, Some(rows.max(1)))
+}
+
+/// [`half_slack`], with dW rounded after every chunk of `lean` rows but the last where given
+/// ([`lean_slack`]).
+fn half_slack_in_chunks(
+    data: &crate::reference::HeadData,
+    grad: f64,
+    dtype: DType,
+    activation: HeadActivation,
+    lean: Option<usize>,
+) -> Slack {
     let (u, eta) = half_roundoff(dtype).expect("a half-precision dtype");
     let dz_rounded = dtype == DType::BF16;
     let (b, i, c) = (data.batch, data.inputs, data.classes);
@@ -268,6 +298,8 @@ pub fn half_slack(
     let scale = grad.abs() / b.max(1) as f64;
     let mut moved = Slack::zeros(b, i, c);
     let mut exact = moved.clone();
+    // The lean mode's roundings of the running dW so far.
+    let mut lean_moved = vec![0.0; c * i];
     let mut loss = 0.0;
     for r in 0..b {
         let (z, h, m, d) = exact_row(data, r, relu);
@@ -298,6 +330,17 @@ pub fn half_slack(
                 exact.dx[r * i + k] += dz * w(j, k);
             }
         }
+        if let Some(rows) = lean
+            && (r + 1) % rows == 0
+            && r + 1 < b
+        {
+            for (e, (s, m)) in lean_moved.iter_mut().zip(exact.dw.iter().zip(&moved.dw)) {
+                *e += u * (s.abs() + m + *e) + eta * grad.abs();
+            }
+        }
+    }
+    for (m, e) in moved.dw.iter_mut().zip(&lean_moved) {
+        *m += e;
     }
     let rounded =
         |exact: f64, moved: f64| moved + (2.0 * u + u * u) * (exact.abs() + moved) + 2.0 * eta;

@@ -75,6 +75,23 @@ fn streamed_path_gives_the_same_bits_every_call() {
     }
 }
 
+/// The lean mode on f32 tensors: dW already sums in its own type, so over the same chunks it
+/// gives the bits of the f32 accumulation, in both precisions (only its chunk budget differs).
+#[test]
+fn lean_f32_gives_the_bits_of_the_same_chunks() {
+    let device = &device();
+    let data = HeadData::random(41, 97, 40, 130);
+    for precision in [HeadPrecision::Exact, HeadPrecision::Tf32] {
+        let options = relu_options().with_precision(precision);
+        let lean = options
+            .clone()
+            .with_accumulation(burn_fused_head::HeadAccumulation::Lean);
+        let want = streamed::<B>(device, &data, HeadWanted::ALL, options, 130 * 13);
+        let got = streamed::<B>(device, &data, HeadWanted::ALL, lean, 130 * 13);
+        assert_eq!(got, want, "{precision:?}");
+    }
+}
+
 /// Through `Autodiff<B>` (the public function), scaled by an upstream gradient of -1.5, in
 /// chunks of 5 rows: the gradients of stock Burn's autodiff.
 #[test]

@@ -149,6 +149,9 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         inputs,
         classes,
         whole: chunk.whole,
+        // dW's type: the inputs' in the lean mode, else f32 (the whole-batch mode's one
+        // product writes the inputs' type in `finish`).
+        dw_output: if chunk.lean { operand } else { Element::F32 },
         batch: chunk.batch,
         tf32,
         operand,
@@ -214,6 +217,9 @@ struct Products {
     classes: usize,
     /// The whole-batch dZ mode: `dz` is `[B, C]`, dX and dW run once in [`Products::finish`].
     whole: bool,
+    /// The type of dW, which each chunk's product reads and writes (the lean mode: the
+    /// inputs').
+    dw_output: Element,
     batch: usize,
     tf32: bool,
     operand: Element,
@@ -315,7 +321,7 @@ impl Products {
                     }
                     None => {
                         let gemm = Gemm::weight_gradient(n, inputs, classes, tf32)
-                            .typed(operand, Element::F32);
+                            .typed(operand, self.dw_output);
                         engine.run(gemm, x_rows, self.dz, dw, beta);
                     }
                 }

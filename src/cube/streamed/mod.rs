@@ -32,7 +32,10 @@
 //! rounded dZ is kept for the whole batch (`[B, C]`, each chunk's rows at their place, the
 //! chunks at most [`WHOLE_CHUNK_ELEMENTS`]) and dX and dW are one product each after the
 //! chunks: dW's f32 accumulation happens inside its one product (K = B), which writes it in
-//! the inputs' type, in place of an f32 `[C, I]` read and written by every chunk.
+//! the inputs' type, in place of an f32 `[C, I]` read and written by every chunk. In the lean
+//! mode ([`Settings::lean`]) dW is of the inputs' type and each chunk's product adds to it
+//! (cuBLASLt reads it as C, sums in f32, rounds once), with chunks of at most
+//! [`LEAN_CHUNK_ELEMENTS`] and never the whole-batch dZ.
 //!
 //! Memory beyond the inputs and the gradients: the chunk buffer (at most [`CHUNK_ELEMENTS`]
 //! floats, 256 MiB; [`LARGE_CHUNK_ELEMENTS`], 512 MiB, from C = 65536; one row of C floats
@@ -204,6 +207,15 @@ fn note_memory<R: CubeRuntime>(like: &CubeTensor<R>) {
 /// per-row and per-class vectors (`4 B` to `16 B` and `4 C` bytes, and a vector of ones).
 pub(crate) const WHOLE_CHUNK_ELEMENTS: usize = 52 << 20;
 
+/// Invariant of memory in the lean mode ([`HeadAccumulation::Lean`]): 32 Mi elements, so that
+/// the chunk buffers take at most 192 MiB in bf16 (P in f32 and dZ's copy, 6 bytes an element;
+/// 128 MiB in f32, plus at most 32 MiB of X's transposed chunk with TF32) and, with the 32 MiB
+/// cuBLASLt workspace, 224 MiB: 32 MiB under the mode's 256 for the per-row and per-class
+/// vectors. (8192, 4096, 32000): 8 chunks of 1024 rows; 128256: 32 of 256.
+///
+/// [`HeadAccumulation::Lean`]: crate::HeadAccumulation::Lean
+pub(crate) const LEAN_CHUNK_ELEMENTS: usize = 32 << 20;
+
 /// Whether a step keeps dZ for the whole batch, in the inputs' half type, and runs dX and dW
 /// as one product each after the chunks (K = the batch for dW, accumulated in f32 inside the
 /// product and written once in the inputs' type), where per-chunk products would add every
@@ -249,6 +261,9 @@ pub(super) struct Settings {
     pub relu: bool,
     /// See [`chunk_rows`].
     pub chunk_elements: Option<usize>,
+    /// [`crate::HeadAccumulation::Lean`]: dW summed in the inputs' type between chunks,
+    /// chunks of at most [`LEAN_CHUNK_ELEMENTS`] unless `chunk_elements` says.
+    pub lean: bool,
     /// The logit scale, softcap and z-loss, and whether to give the statistics (its
     /// activation and smoothing are not read: the activation is `relu`'s, smoothing never
     /// streams).
@@ -316,6 +331,7 @@ pub(super) fn loss_and_gradients<
         tf32,
         relu,
         chunk_elements,
+        lean,
         terms,
     } = settings;
     let (x, weight, bias, labels) = (
@@ -328,8 +344,12 @@ pub(super) fn loss_and_gradients<
     let classes = weight.shape()[0];
     let dtype = x.dtype;
     let half = dtype != DType::F32;
-    let whole = whole_batch_dz(half, wanted.weight, [batch, inputs, classes]);
-    let budget = chunk_elements.or(whole.then_some(WHOLE_CHUNK_ELEMENTS));
+    let whole = !lean && whole_batch_dz(half, wanted.weight, [batch, inputs, classes]);
+    let budget = chunk_elements.or(if lean {
+        Some(LEAN_CHUNK_ELEMENTS)
+    } else {
+        whole.then_some(WHOLE_CHUNK_ELEMENTS)
+    });
     let rows = chunk_rows(batch, classes, budget);
     let sums = DType::F32;
     let loss_rows = empty_of::<R>(&x, [batch], sums); // [B]
@@ -348,9 +368,9 @@ pub(super) fn loss_and_gradients<
             row_vector(classes)
         }],
     );
-    // dW [C, I]: accumulated in f32 chunk by chunk, or, in the whole-batch mode, written once
-    // by its product in the inputs' type.
-    let dw_type = if whole { dtype } else { sums };
+    // dW [C, I]: accumulated in f32 chunk by chunk; in the whole-batch mode, written once by
+    // its product in the inputs' type; in the lean mode, accumulated in the inputs' type.
+    let dw_type = if whole || lean { dtype } else { sums };
     let mut grads = Grads {
         x: wanted.x.then(|| empty::<R>(&x, [batch, inputs])), // [B, I]
         weight: wanted
@@ -397,6 +417,7 @@ pub(super) fn loss_and_gradients<
         dz_half: &dz_half,
         half: copy,
         whole,
+        lean,
         row_weights: &row_weights,
         weighted,
         z_weights: &z_weights,
@@ -473,6 +494,8 @@ struct Chunk<'a, R: CubeRuntime> {
     /// The whole-batch dZ mode ([`whole_batch_dz`]): `dz_half` holds `[B, C]`, each chunk's
     /// rows at their place, and dX and dW are one product each after the chunks.
     whole: bool,
+    /// The lean mode: dW `[C, I]` is of the inputs' type, each chunk's product adding to it.
+    lean: bool,
     /// With `weighted`, each row's dZ scale `[B]` (f32), else one element never read.
     row_weights: &'a CubeTensor<R>,
     weighted: bool,
@@ -695,3 +718,33 @@ fn cube_count<R: CubeRuntime>(like: &CubeTensor<R>, n: usize) -> CubeCount {
 mod cuda;
 #[cfg(feature = "cuda")]
 mod on_stream;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lean mode's chunks at issue 30's shapes, and what they hold on cuBLASLt beyond the
+    /// inputs and gradients in bf16: P (f32) and dZ's copy (bf16) per element, the per-row
+    /// losses, the ones, db in f32 and in bf16, the 32 MiB workspace: under 256 MiB.
+    #[test]
+    fn lean_chunks_hold_under_256_mib_in_bf16() {
+        const MIB: usize = 1 << 20;
+        for (batch, inputs, classes, rows) in [
+            (8192, 4096, 32000, 1024),
+            (8192, 4096, 128256, 256),
+            (8192, 1024, 1000, 8192),
+        ] {
+            let got = chunk_rows(batch, classes, Some(LEAN_CHUNK_ELEMENTS));
+            assert_eq!(got, rows, "B={batch} C={classes}");
+            let chunk = got * classes * (4 + 2);
+            let vectors = 4 * batch + 4 * got + (4 + 2) * classes;
+            let held = chunk + vectors + 32 * MIB;
+            assert!(
+                held < 256 * MIB,
+                "B={batch} I={inputs} C={classes}: {held} bytes"
+            );
+            // The default in bf16 at these shapes: the whole batch's dZ, larger.
+            assert!(whole_batch_dz(true, true, [batch, inputs, classes]));
+        }
+    }
+}
