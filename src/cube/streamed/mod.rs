@@ -495,6 +495,8 @@ struct Chunk<'a, R: CubeRuntime> {
     /// rows at their place, and dX and dW are one product each after the chunks.
     whole: bool,
     /// The lean mode: dW `[C, I]` is of the inputs' type, each chunk's product adding to it.
+    /// Read by the cuBLASLt products only: elsewhere the lean mode is its chunk size alone.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     lean: bool,
     /// With `weighted`, each row's dZ scale `[B]` (f32), else one element never read.
     row_weights: &'a CubeTensor<R>,
