@@ -12,6 +12,7 @@
     python3 docs/bench/large_c.py lease DATE-profile.log [DATE-peers.csv] > docs/bench/DATE.csv
     python3 docs/bench/large_c.py timeline docs/bench/DATE.csv
     python3 docs/bench/large_c.py small docs/bench/DATE.csv
+    python3 docs/bench/large_c.py memory docs/bench/DATE.csv
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== [HH:MM:SS] B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -60,7 +61,9 @@ run of that configuration), `method` (`phases`, `timeline`, `steps` or `peers_be
 `timeline` runs, "failed: " and the run's error where it printed no figure; extra_mib "not
 run" without `--memory`; "-" where the method does not measure a column. `timeline` prints
 its traced runs, each beside the mean wall of the plain runs of its shape and precision;
-`small` its `--phases` runs of ours, every round, beside the peers of the same shape.
+`small` its `--phases` runs of ours, every round, beside the peers of the same shape;
+`memory` the same runs with their extra MiB, beside every peer of the same shape and
+precision with theirs (the lean mode beside its inputs' precision).
 """
 import csv
 import os
@@ -434,6 +437,40 @@ def small(path):
         print(f"| {b}, {i}, {c} | {label} | {one} | {back} | {cell or 'not run'} |")
 
 
+def memory(path):
+    """From a lease CSV: ours' `--phases` runs with their memory, one row per configuration
+    (every round's step with one sync, 20 back to back and extra MiB), beside every peer of the
+    same shape and precision (the lean mode beside its inputs' precision), any activation, each
+    peer's synced median and extra MiB."""
+    rows = list(csv.DictReader(open(path)))
+    ours = [r for r in rows if r["method"] == "phases" and r["contender"] == "ours"]
+    peers = [r for r in rows if r["method"] == "peers_bench"]
+    configs = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"], r["activation"]) for r in ours)
+    names = {"torch": "torch", "liger": "Liger", "cce": "CCE", "torch-compile": "torch.compile"}
+    print("| B, I, C | precision | step, one sync | 20 back to back, per step | extra MiB | peers, same lease (activation: synced median ms, extra MiB) |")
+    print("|---|---|---:|---:|---:|---|")
+    for config in configs:
+        b, i, c, prec, act = config
+        runs = [r for r in ours if (r["B"], r["I"], r["C"], r["precision"], r["activation"]) == config]
+        label = ("TF32" if prec.startswith("tf32") else prec.split("-")[0]) + (", lean" if prec.endswith("-lean") else "")
+        label += ", identity" if act == "identity" else ", ReLU"
+        fmt = lambda v: v if v.startswith("failed") else f"{float(v):.3f}"
+        one = " / ".join(fmt(r["step_ms"]) for r in runs)
+        back = " / ".join(fmt(r["back_to_back_ms"]) for r in runs)
+        extra = " / ".join(dict.fromkeys(r["extra_mib"] for r in runs))
+        base = prec.removesuffix("-lean")
+        here = sorted(
+            (p for p in peers if (p["B"], p["I"], p["C"], p["precision"]) == (b, i, c, base)),
+            key=lambda p: float(p["step_ms"]),
+        )
+        cell = "; ".join(
+            f"{names.get(p['contender'], p['contender'])} ({'ReLU' if p['activation'] == 'relu' else 'identity'}): "
+            f"{float(p['step_ms']):.3f}, {p['extra_mib']}"
+            for p in here
+        )
+        print(f"| {b}, {i}, {c} | {label} | {one} | {back} | {extra} | {cell or 'not run'} |")
+
+
 def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector row kernel,bin-profile=both"):
     """Builds run side by side in one lease: each header starts with the binary that ran."""
     label = dict(kv.split("=", 1) for kv in names.split(","))
@@ -465,5 +502,5 @@ def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector 
 
 
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "lease": lease, "readme": readme, "builds": builds}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds}
     modes[sys.argv[1]](*sys.argv[2:])
