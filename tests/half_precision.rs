@@ -20,7 +20,7 @@ use burn_fused_head::{
     FusedHeadBackend, HeadAccumulation, HeadActivation, HeadOptions, fused_linear_cross_entropy,
     fused_linear_cross_entropy_and_predictions,
 };
-use burn_fused_head_testing::gates::{gate_with_slack, half_slack, lean_slack};
+use burn_fused_head_testing::gates::{Slack, gate_with_slack, half_slack, lean_slack};
 use burn_fused_head_testing::reference::HeadData;
 use common::*;
 
@@ -71,19 +71,40 @@ fn check<B: AutodiffBackend + FusedHeadBackend>(
     scale: f64,
 ) {
     let data = HeadData::random(11 + classes as u64, batch, inputs, classes).rounded_to(dtype);
-    let options = chunks(activation, elements);
-    let (x, w, b, labels) = data.tensors::<B>(device, dtype);
-    let got = head_grads(x, w, b, labels, scale, |x, w, b, l| {
-        fused_linear_cross_entropy(x, w, Some(b), l, &options)
-    });
-    let want = match activation {
-        HeadActivation::Relu => stock_grads(&data, scale),
-        HeadActivation::Identity => stock_linear_grads(&data, scale),
-    };
     let slack = half_slack(&data, scale, dtype, activation);
     let context = format!("{dtype:?} {activation:?} B={batch} I={inputs} C={classes} g={scale}");
-    assert_gates(
+    gate_step::<B>(
+        device,
+        dtype,
+        &data,
+        &chunks(activation, elements),
+        scale,
+        &slack,
         &context,
+    );
+}
+
+/// Loss and gradients of `scale * head` with `options` in `dtype` on `B` against the f64
+/// reference of `options`' activation on the same rounded inputs, under `slack`.
+fn gate_step<B: AutodiffBackend + FusedHeadBackend>(
+    device: &B::Device,
+    dtype: DType,
+    data: &HeadData,
+    options: &HeadOptions,
+    scale: f64,
+    slack: &Slack,
+    context: &str,
+) {
+    let (x, w, b, labels) = data.tensors::<B>(device, dtype);
+    let got = head_grads(x, w, b, labels, scale, |x, w, b, l| {
+        fused_linear_cross_entropy(x, w, Some(b), l, options)
+    });
+    let want = match options.activation {
+        HeadActivation::Relu => stock_grads(data, scale),
+        HeadActivation::Identity => stock_linear_grads(data, scale),
+    };
+    assert_gates(
+        context,
         &[
             gate_with_slack("loss", &[got.loss], &[want.loss], &[slack.loss]),
             gate_with_slack("dX", &got.dx, &want.dx, &slack.dx),
@@ -147,34 +168,16 @@ fn bf16_lean_training_step_is_within_the_lean_bound_of_the_f64_reference() {
             (HeadActivation::Relu, 0.5, true),
         ] {
             let options = lean(activation);
-            let got = if raw {
-                let (x, w, b, labels) = data.tensors::<RawBf16>(&device, DType::BF16);
-                head_grads(x, w, b, labels, scale, |x, w, b, l| {
-                    fused_linear_cross_entropy(x, w, Some(b), l, &options)
-                })
-            } else {
-                let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
-                head_grads(x, w, b, labels, scale, |x, w, b, l| {
-                    fused_linear_cross_entropy(x, w, Some(b), l, &options)
-                })
-            };
-            let want = match activation {
-                HeadActivation::Relu => stock_grads(&data, scale),
-                HeadActivation::Identity => stock_linear_grads(&data, scale),
-            };
             let slack = lean_slack(&data, scale, DType::BF16, activation, rows);
             let context = format!(
                 "lean {activation:?} B={batch} I={inputs} C={classes} rows={rows} g={scale}"
             );
-            assert_gates(
-                &context,
-                &[
-                    gate_with_slack("loss", &[got.loss], &[want.loss], &[slack.loss]),
-                    gate_with_slack("dX", &got.dx, &want.dx, &slack.dx),
-                    gate_with_slack("dW", &got.dw, &want.dw, &slack.dw),
-                    gate_with_slack("db", &got.db, &want.db, &slack.db),
-                ],
-            );
+            let bf16 = DType::BF16;
+            if raw {
+                gate_step::<RawBf16>(&device, bf16, &data, &options, scale, &slack, &context);
+            } else {
+                gate_step::<FusionBf16>(&device, bf16, &data, &options, scale, &slack, &context);
+            }
         }
         // The tests of this file run one at a time (`serial`): the count is these calls'.
         assert_eq!(

@@ -73,6 +73,8 @@ import sys
 COLUMNS = ["B", "I", "C", "contender", "precision", "activation", "step_ms", "extra_mib"]
 # A header's last word naming the build that ran it, and its contender.
 BUILDS = {"old": "ours-423c3a5", "oldfetch": "ours-per-buffer-fetch", "new": "ours"}
+# The peers' names in the tables.
+PEER_NAMES = {"torch": "torch", "liger": "Liger", "cce": "CCE", "torch-compile": "torch.compile"}
 
 
 def header_words(line):
@@ -409,31 +411,39 @@ def timeline(path):
         print(f"| {r['B']}, {r['I']}, {r['C']} | {name(r)} | {terms_of(r)} | {r['round']} | {cells.replace(' | ', f' | {ratio} | ', 1)} |")
 
 
+def phases_runs(rows, key):
+    """Ours' `--phases` runs of a lease CSV's rows, grouped by `key(row)` in the order met."""
+    groups = {}
+    for r in rows:
+        if r["method"] == "phases" and r["contender"] == "ours":
+            groups.setdefault(key(r), []).append(r)
+    return groups
+
+
+def rounds(runs, column):
+    """Every round's `column`, " / " between: the figure, or the failure as the CSV has it."""
+    return " / ".join(v if v.startswith("failed") else f"{float(v):.3f}" for v in (r[column] for r in runs))
+
+
 def small(path):
     """From a lease CSV: ours' `--phases` runs, one row per configuration with every round's
     step (one sync) and 20 back to back, beside the peers at the shape: PyTorch's f32 and TF32
     steps for f32 rows, every peer's bf16 step of the same activation for bf16 rows."""
     rows = list(csv.DictReader(open(path)))
-    ours = [r for r in rows if r["method"] == "phases" and r["contender"] == "ours"]
     peers = [r for r in rows if r["method"] == "peers_bench"]
-    configs = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"], r["activation"], r["options"]) for r in ours)
-    names = {"torch": "torch", "liger": "Liger", "cce": "CCE", "torch-compile": "torch.compile"}
+    configs = phases_runs(rows, lambda r: (r["B"], r["I"], r["C"], r["precision"], r["activation"], r["options"]))
     print("| B, I, C | precision | step, one sync | 20 back to back, per step | peer, same lease (synced median) |")
     print("|---|---|---:|---:|---|")
-    for config in configs:
-        b, i, c, prec, act, opts = config
-        runs = [r for r in ours if (r["B"], r["I"], r["C"], r["precision"], r["activation"], r["options"]) == config]
+    for (b, i, c, prec, act, opts), runs in configs.items():
         label = prec + (", identity" if act == "identity" else "")
         if "--half-loads" in opts:
             label += ", loads " + opts.split("--half-loads ")[1].split()[0]
-        fmt = lambda v: v if v.startswith("failed") else f"{float(v):.3f}"
-        one = " / ".join(fmt(r["step_ms"]) for r in runs)
-        back = " / ".join(fmt(r["back_to_back_ms"]) for r in runs)
+        one, back = rounds(runs, "step_ms"), rounds(runs, "back_to_back_ms")
         wanted = ("f32", "tf32") if prec == "f32" else (prec,)
         here = [p for p in peers if (p["B"], p["I"], p["C"]) == (b, i, c) and p["precision"] in wanted and p["activation"] == act]
         if prec == "f32":
             here = [p for p in here if p["contender"] == "torch"]
-        cell = ", ".join(f"{names.get(p['contender'], p['contender'])} {'fp32' if p['precision'] == 'f32' else p['precision']} {float(p['step_ms']):.3f}" for p in here)
+        cell = ", ".join(f"{PEER_NAMES.get(p['contender'], p['contender'])} {'fp32' if p['precision'] == 'f32' else p['precision']} {float(p['step_ms']):.3f}" for p in here)
         print(f"| {b}, {i}, {c} | {label} | {one} | {back} | {cell or 'not run'} |")
 
 
@@ -443,20 +453,14 @@ def memory(path):
     same shape and precision (the lean mode beside its inputs' precision), any activation, each
     peer's synced median and extra MiB."""
     rows = list(csv.DictReader(open(path)))
-    ours = [r for r in rows if r["method"] == "phases" and r["contender"] == "ours"]
     peers = [r for r in rows if r["method"] == "peers_bench"]
-    configs = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"], r["activation"]) for r in ours)
-    names = {"torch": "torch", "liger": "Liger", "cce": "CCE", "torch-compile": "torch.compile"}
+    configs = phases_runs(rows, lambda r: (r["B"], r["I"], r["C"], r["precision"], r["activation"]))
     print("| B, I, C | precision | step, one sync | 20 back to back, per step | extra MiB | peers, same lease (activation: synced median ms, extra MiB) |")
     print("|---|---|---:|---:|---:|---|")
-    for config in configs:
-        b, i, c, prec, act = config
-        runs = [r for r in ours if (r["B"], r["I"], r["C"], r["precision"], r["activation"]) == config]
+    for (b, i, c, prec, act), runs in configs.items():
         label = ("TF32" if prec.startswith("tf32") else prec.split("-")[0]) + (", lean" if prec.endswith("-lean") else "")
         label += ", identity" if act == "identity" else ", ReLU"
-        fmt = lambda v: v if v.startswith("failed") else f"{float(v):.3f}"
-        one = " / ".join(fmt(r["step_ms"]) for r in runs)
-        back = " / ".join(fmt(r["back_to_back_ms"]) for r in runs)
+        one, back = rounds(runs, "step_ms"), rounds(runs, "back_to_back_ms")
         extra = " / ".join(dict.fromkeys(r["extra_mib"] for r in runs))
         base = prec.removesuffix("-lean")
         here = sorted(
@@ -464,7 +468,7 @@ def memory(path):
             key=lambda p: float(p["step_ms"]),
         )
         cell = "; ".join(
-            f"{names.get(p['contender'], p['contender'])} ({'ReLU' if p['activation'] == 'relu' else 'identity'}): "
+            f"{PEER_NAMES.get(p['contender'], p['contender'])} ({'ReLU' if p['activation'] == 'relu' else 'identity'}): "
             f"{float(p['step_ms']):.3f}, {p['extra_mib']}"
             for p in here
         )
