@@ -72,4 +72,6 @@ pub use ops::{
     fused_linear_cross_entropy_and_predictions, fused_linear_cross_entropy_with_token_stats,
     validate_targets,
 };
-pub use options::{HeadAccumulation, HeadActivation, HeadOptions, HeadPrecision, HeadReduction};
+pub use options::{
+    HeadAccumulation, HeadActivation, HeadLogits, HeadOptions, HeadPrecision, HeadReduction,
+};

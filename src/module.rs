@@ -12,7 +12,9 @@ use crate::ops::{
     TokenStats, fused_linear_cross_entropy, fused_linear_cross_entropy_and_predictions,
     fused_linear_cross_entropy_with_token_stats, logits,
 };
-use crate::options::{HeadAccumulation, HeadActivation, HeadOptions, HeadPrecision, HeadReduction};
+use crate::options::{
+    HeadAccumulation, HeadActivation, HeadLogits, HeadOptions, HeadPrecision, HeadReduction,
+};
 
 /// Configuration of a [`FusedLinearCrossEntropy`]: `LinearConfig`'s fields and the op's
 /// [`HeadOptions`].
@@ -78,6 +80,7 @@ impl FusedLinearCrossEntropyConfig {
         with_z_loss: Option<f32>,
         with_chunk_elements: Option<usize>,
         with_accumulation: HeadAccumulation,
+        with_logits: HeadLogits,
     );
 
     /// A head with W `[C, I]` and b `[C]` on `device`.

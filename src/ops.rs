@@ -264,14 +264,15 @@ fn cross_entropy<B: FusedHeadBackend, const D: usize, const DL: usize>(
     )
 }
 
-/// `options` with the plain mean's loss options (activation, precision, chunks and
-/// accumulation kept).
+/// `options` with the plain mean's loss options (activation, precision, chunks,
+/// accumulation and logits kept).
 fn plain_of(options: &HeadOptions) -> HeadOptions {
     HeadOptions::new()
         .with_activation(options.activation)
         .with_precision(options.precision)
         .with_chunk_elements(options.chunk_elements)
         .with_accumulation(options.accumulation)
+        .with_logits(options.logits)
 }
 
 /// `H = act(X W^T + b)` `[.., C]` for X `[.., I]`: what the module's `forward` returns, from

@@ -107,6 +107,37 @@ impl Default for HeadAccumulation {
     }
 }
 
+/// What the streamed path (C > 32 on CUDA with cuBLASLt, bf16 tensors) gives the softmax: the
+/// logits product's f32 sums, or those sums rounded to bf16 first, as PyTorch's and
+/// Liger-Kernel's bf16 heads do.
+///
+/// `Rounded` trades one rounding of each logit for fewer bytes: the product writes P = X W^T
+/// in bf16, the row kernel reads it (twice) and writes dZ over it in bf16, and db sums that
+/// rounded dZ, where `F32` writes and reads P in f32 and also writes an f32 dZ for db. Where
+/// `B <= 2 I` and dW is wanted (the whole batch's dZ is kept), P is written into that dZ
+/// buffer, so the path holds no chunk buffer at all. Its error beyond the bf16 bound: each
+/// logit moves by at most `u |P| + eta` (`u = 2^-8`), a row's loss by twice its largest such
+/// move, its probabilities by the factor `exp(2 max)` (`gates::rounded_logits_slack` in the
+/// testing crate has the bound, gated on CUDA). f32 and f16 tensors, C <= 32, the stock-op
+/// backends (NdArray, Flex, Candle) and every backend but CUDA with cuBLASLt keep the f32
+/// logits under both (bf16 at C > 32 elsewhere runs the f32 kernels on its inputs cast up).
+#[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
+pub enum HeadLogits {
+    /// The softmax reads the logits product's f32 sums.
+    F32,
+    /// The logits product's sums are rounded to bf16 before the softmax reads them (bf16
+    /// tensors on CUDA with cuBLASLt at C > 32; see [`HeadLogits`]).
+    Rounded,
+}
+
+// Written out: Burn's `Config` derive on an enum rejects the `#[default]` variant attribute.
+#[allow(clippy::derivable_impls)]
+impl Default for HeadLogits {
+    fn default() -> Self {
+        Self::F32
+    }
+}
+
 /// How the per-row losses become the result: PyTorch's `reduction`.
 #[derive(burn::config::Config, Debug, Copy, PartialEq, Eq)]
 pub enum HeadReduction {
@@ -195,6 +226,9 @@ pub struct HeadOptions {
     /// mode's chunk budget too.
     #[config(default = "HeadAccumulation::F32")]
     pub accumulation: HeadAccumulation,
+    /// See [`HeadLogits`]. Default: f32.
+    #[config(default = "HeadLogits::F32")]
+    pub logits: HeadLogits,
 }
 
 impl Default for HeadOptions {
@@ -248,6 +282,7 @@ impl HeadOptions {
             precision: self.precision,
             chunk_elements: self.chunk_elements,
             accumulation: self.accumulation,
+            logits: self.logits,
         }
     }
 
@@ -314,7 +349,7 @@ impl From<HeadPrecision> for HeadOptions {
 }
 
 /// The part of [`HeadOptions`] the kernels read: the activation, the precision of the
-/// large-C products, the streamed path's chunk budget and its accumulation. The backend extension
+/// large-C products, the streamed path's chunk budget, its accumulation and its logits. The backend extension
 /// trait's fused methods take it; the cross-entropy options are applied around them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelOptions {
@@ -326,6 +361,8 @@ pub struct KernelOptions {
     pub chunk_elements: Option<usize>,
     /// See [`HeadAccumulation`].
     pub accumulation: HeadAccumulation,
+    /// See [`HeadLogits`].
+    pub logits: HeadLogits,
 }
 
 impl KernelOptions {

@@ -109,18 +109,27 @@ pub fn one_timeline_steps() -> u64 {
 }
 
 /// The rows of each chunk of the streamed path in the lean mode (`HeadAccumulation::Lean`)
-/// for a batch of `batch` rows and C = `classes`, with the options' `chunk_elements`: where
-/// its dW is rounded to the inputs' type (after each chunk), for the lean mode's gate. The
-/// path's own rule, read, not restated.
-pub fn lean_chunk_rows(batch: usize, classes: usize, chunk_elements: Option<usize>) -> usize {
+/// for a batch of `batch` rows and C = `classes` of bf16 tensors, with the options'
+/// `chunk_elements` and `logits`: where its dW is rounded to the inputs' type (after each
+/// chunk), for the lean mode's gate. The path's own rule, read, not restated.
+pub fn lean_chunk_rows(
+    batch: usize,
+    classes: usize,
+    chunk_elements: Option<usize>,
+    logits: crate::HeadLogits,
+) -> usize {
     #[cfg(feature = "cube")]
     {
-        use crate::cube::streamed::{LEAN_CHUNK_ELEMENTS, chunk_rows};
-        chunk_rows(batch, classes, chunk_elements.or(Some(LEAN_CHUNK_ELEMENTS)))
+        use crate::cube::streamed::{LEAN_CHUNK_ELEMENTS, LEAN_ROUNDED_CHUNK_ELEMENTS, chunk_rows};
+        let budget = match logits {
+            crate::HeadLogits::F32 => LEAN_CHUNK_ELEMENTS,
+            crate::HeadLogits::Rounded => LEAN_ROUNDED_CHUNK_ELEMENTS,
+        };
+        chunk_rows(batch, classes, chunk_elements.or(Some(budget)))
     }
     #[cfg(not(feature = "cube"))]
     {
-        let _ = (classes, chunk_elements);
+        let _ = (classes, chunk_elements, logits);
         batch
     }
 }

@@ -10,8 +10,8 @@ mod common;
 use burn::backend::Autodiff;
 use burn::tensor::DType;
 use burn_fused_head::{
-    FusedHeadBackend, HeadAccumulation, HeadActivation, HeadOptions, HeadPrecision, HeadReduction,
-    fused_linear_cross_entropy_and_predictions,
+    FusedHeadBackend, HeadAccumulation, HeadActivation, HeadLogits, HeadOptions, HeadPrecision,
+    HeadReduction, fused_linear_cross_entropy_and_predictions,
 };
 use burn_fused_head_testing::reference::HeadData;
 use common::to_f64;
@@ -182,7 +182,25 @@ fn thread_paths(bf16: bool) -> Vec<(&'static str, HeadData, HeadOptions, DType)>
         let lean = HeadOptions::new()
             .with_accumulation(HeadAccumulation::Lean)
             .with_chunk_elements(Some(40 * 16));
-        paths.push(("bf16 streamed lean", data, lean, DType::BF16));
+        paths.push((
+            "bf16 streamed lean",
+            data.clone(),
+            lean.clone(),
+            DType::BF16,
+        ));
+        let rounded = HeadOptions::new().with_logits(HeadLogits::Rounded);
+        paths.push((
+            "bf16 streamed, rounded logits",
+            data.clone(),
+            rounded.clone(),
+            DType::BF16,
+        ));
+        paths.push((
+            "bf16 streamed lean, rounded logits",
+            data,
+            lean.with_logits(HeadLogits::Rounded),
+            DType::BF16,
+        ));
         let data = self::data(64, 16, 12).rounded_to(DType::BF16);
         paths.push(("bf16 small C", data, relu, DType::BF16));
     }

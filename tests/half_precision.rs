@@ -17,10 +17,12 @@ use burn::backend::cuda::CudaDevice;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, bf16, f16};
 use burn_fused_head::{
-    FusedHeadBackend, HeadAccumulation, HeadActivation, HeadOptions, fused_linear_cross_entropy,
-    fused_linear_cross_entropy_and_predictions,
+    FusedHeadBackend, HeadAccumulation, HeadActivation, HeadLogits, HeadOptions,
+    fused_linear_cross_entropy, fused_linear_cross_entropy_and_predictions,
 };
-use burn_fused_head_testing::gates::{Slack, gate_with_slack, half_slack, lean_slack};
+use burn_fused_head_testing::gates::{
+    Slack, gate_with_slack, half_slack, lean_slack, rounded_logits_slack,
+};
 use burn_fused_head_testing::reference::HeadData;
 use common::*;
 
@@ -159,7 +161,8 @@ fn bf16_lean_training_step_is_within_the_lean_bound_of_the_f64_reference() {
         let data =
             HeadData::random(23 + classes as u64, batch, inputs, classes).rounded_to(DType::BF16);
         let chunk = (elements > 0).then_some(elements);
-        let rows = burn_fused_head::testing::lean_chunk_rows(batch, classes, chunk);
+        let rows =
+            burn_fused_head::testing::lean_chunk_rows(batch, classes, chunk, HeadLogits::F32);
         let lean =
             |activation| chunks(activation, elements).with_accumulation(HeadAccumulation::Lean);
         for (activation, scale, raw) in [
@@ -199,6 +202,77 @@ fn bf16_lean_training_step_is_within_the_lean_bound_of_the_f64_reference() {
                 dw(&lean(relu)) != f32_sums,
                 "B={batch} I={inputs} C={classes}: lean dW over {rows}-row chunks has the bits of \
                  the f32 accumulation"
+            );
+        }
+    }
+}
+
+/// Rounded logits (`HeadLogits::Rounded`: P rounded to bf16, dZ written over it, db from
+/// it) at every shape of C > 32, with the f32 accumulation (P at the whole-batch dZ's rows
+/// where `B <= 2 I`) and in the lean mode: within `gates::rounded_logits_slack` (the half or
+/// lean bound plus each logit's rounding) of the f64 reference, and not the bits of the f32
+/// logits (the rounding ran).
+#[test]
+fn bf16_rounded_logits_training_step_is_within_the_rounded_bound_of_the_f64_reference() {
+    let _serial = serial();
+    let device = CudaDevice::default();
+    for &(batch, inputs, classes, elements) in SHAPES.iter().filter(|s| s.2 > 32) {
+        let data =
+            HeadData::random(29 + classes as u64, batch, inputs, classes).rounded_to(DType::BF16);
+        let chunk = (elements > 0).then_some(elements);
+        for accumulation in [HeadAccumulation::F32, HeadAccumulation::Lean] {
+            let whole = burn_fused_head::testing::whole_batch_dz_steps();
+            let lean = (accumulation == HeadAccumulation::Lean).then(|| {
+                burn_fused_head::testing::lean_chunk_rows(
+                    batch,
+                    classes,
+                    chunk,
+                    HeadLogits::Rounded,
+                )
+            });
+            let options = |activation, logits| {
+                chunks(activation, elements)
+                    .with_accumulation(accumulation)
+                    .with_logits(logits)
+            };
+            for (activation, scale, raw) in [
+                (HeadActivation::Relu, 1.0, false),
+                (HeadActivation::Identity, 1.0, false),
+                (HeadActivation::Relu, 0.5, true),
+            ] {
+                let rounded = options(activation, HeadLogits::Rounded);
+                let slack = rounded_logits_slack(&data, scale, activation, lean);
+                let context = format!(
+                    "rounded logits, {accumulation:?} {activation:?} B={batch} I={inputs} \
+                     C={classes} lean rows={lean:?} g={scale}"
+                );
+                let bf16 = DType::BF16;
+                if raw {
+                    gate_step::<RawBf16>(&device, bf16, &data, &rounded, scale, &slack, &context);
+                } else {
+                    gate_step::<FusionBf16>(
+                        &device, bf16, &data, &rounded, scale, &slack, &context,
+                    );
+                }
+            }
+            // The tests of this file run one at a time (`serial`): the count is these calls'.
+            let kept = burn_fused_head::testing::whole_batch_dz_steps() - whole;
+            let expected = if lean.is_none() && batch <= 2 * inputs {
+                3
+            } else {
+                0
+            };
+            assert_eq!(
+                kept, expected,
+                "B={batch} I={inputs} C={classes} {accumulation:?}: rounded-logits steps that \
+                 kept the whole batch's dZ"
+            );
+            let relu = HeadActivation::Relu;
+            assert!(
+                bits(&data, &options(relu, HeadLogits::Rounded))
+                    != bits(&data, &options(relu, HeadLogits::F32)),
+                "B={batch} I={inputs} C={classes} {accumulation:?}: rounded logits give the \
+                 bits of the f32 logits"
             );
         }
     }
@@ -258,16 +332,12 @@ fn f16_predictions_are_the_rows_argmax() {
     predictions_are_the_rows_argmax::<FusionF16>(DType::F16, 4);
 }
 
-/// The loss and gradients of one bf16 call, as bits, in the lean mode or not.
-fn bits(data: &HeadData, elements: usize, lean: bool) -> Vec<u64> {
+/// The loss and gradients of one bf16 call with `options`, as bits.
+fn bits(data: &HeadData, options: &HeadOptions) -> Vec<u64> {
     let device = CudaDevice::default();
-    let mut options = chunks(HeadActivation::Relu, elements);
-    if lean {
-        options = options.with_accumulation(HeadAccumulation::Lean);
-    }
     let (x, w, b, labels) = data.tensors::<FusionBf16>(&device, DType::BF16);
     let got = head_grads(x, w, b, labels, 1.0, |x, w, b, l| {
-        fused_linear_cross_entropy(x, w, Some(b), l, &options)
+        fused_linear_cross_entropy(x, w, Some(b), l, options)
     });
     [vec![got.loss], got.dx, got.dw, got.db]
         .concat()
@@ -281,13 +351,19 @@ fn bf16_gives_the_same_bits_on_every_call() {
     let _serial = serial();
     for &(batch, inputs, classes, elements) in &SHAPES[1..] {
         let data = HeadData::random(5, batch, inputs, classes).rounded_to(DType::BF16);
-        for lean in [false, true] {
-            let first = bits(&data, elements, lean);
-            for _ in 0..2 {
-                assert!(
-                    bits(&data, elements, lean) == first,
-                    "B={batch} I={inputs} C={classes} lean={lean}: bits differ between calls"
-                );
+        for accumulation in [HeadAccumulation::F32, HeadAccumulation::Lean] {
+            for logits in [HeadLogits::F32, HeadLogits::Rounded] {
+                let options = chunks(HeadActivation::Relu, elements)
+                    .with_accumulation(accumulation)
+                    .with_logits(logits);
+                let first = bits(&data, &options);
+                for _ in 0..2 {
+                    assert!(
+                        bits(&data, &options) == first,
+                        "B={batch} I={inputs} C={classes} {accumulation:?} {logits:?}: bits \
+                         differ between calls"
+                    );
+                }
             }
         }
     }

@@ -157,7 +157,8 @@ mod one_timeline {
     use super::*;
     use burn::tensor::Int;
     use burn_fused_head::{
-        HeadOptions, HeadReduction, fused_linear_cross_entropy_with_token_stats,
+        HeadAccumulation, HeadLogits, HeadOptions, HeadReduction,
+        fused_linear_cross_entropy_with_token_stats,
     };
     use burn_fused_head_testing::reference::HeadData;
 
@@ -245,10 +246,16 @@ mod one_timeline {
                     .with_reduction(HeadReduction::Sum),
             ),
         ];
+        // (dtype, precision, logits, accumulation): bf16 with its logits rounded too, with the
+        // f32 accumulation (P at the whole-batch dZ's rows where B <= 2 I) and lean.
+        let (f32_logits, rounded) = (HeadLogits::F32, HeadLogits::Rounded);
+        let (sums, lean) = (HeadAccumulation::F32, HeadAccumulation::Lean);
         let precisions = [
-            (DType::F32, HeadPrecision::Exact),
-            (DType::F32, HeadPrecision::Tf32),
-            (DType::BF16, HeadPrecision::Exact),
+            (DType::F32, HeadPrecision::Exact, f32_logits, sums),
+            (DType::F32, HeadPrecision::Tf32, f32_logits, sums),
+            (DType::BF16, HeadPrecision::Exact, f32_logits, sums),
+            (DType::BF16, HeadPrecision::Exact, rounded, sums),
+            (DType::BF16, HeadPrecision::Exact, rounded, lean),
         ];
         let names = [
             "loss",
@@ -261,10 +268,12 @@ mod one_timeline {
             "predictions",
         ];
         for (data, options) in cases {
-            for (dtype, precision) in precisions {
+            for (dtype, precision, logits, accumulation) in precisions {
                 let options = options
                     .clone()
                     .with_precision(precision)
+                    .with_logits(logits)
+                    .with_accumulation(accumulation)
                     .with_chunk_elements(Some(classes * 13));
                 let before = burn_fused_head::testing::one_timeline_steps();
                 let whole_before = burn_fused_head::testing::whole_batch_dz_steps();
@@ -279,7 +288,7 @@ mod one_timeline {
                 // Two tracked calls, one per route (the count does not say which route); the
                 // tests of this binary may run at once, so at least these.
                 let whole = burn_fused_head::testing::whole_batch_dz_steps() - whole_before;
-                if dtype == DType::BF16 && batch <= 2 * inputs {
+                if dtype == DType::BF16 && batch <= 2 * inputs && accumulation == sums {
                     assert!(
                         whole >= 2,
                         "B={batch}: the tracked calls kept the whole batch's dZ"

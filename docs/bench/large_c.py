@@ -63,7 +63,8 @@ run" without `--memory`; "-" where the method does not measure a column. `timeli
 its traced runs, each beside the mean wall of the plain runs of its shape and precision;
 `small` its `--phases` runs of ours, every round, beside the peers of the same shape;
 `memory` the same runs with their extra MiB, beside every peer of the same shape and
-precision with theirs (the lean mode beside its inputs' precision).
+precision with theirs (the lean mode and rounded logits beside their inputs' precision:
+precision `bf16-lean`, `bf16-rounded`, `bf16-lean-rounded`).
 """
 import csv
 import os
@@ -101,8 +102,23 @@ def contender(flags):
 
 
 def precision(flags):
+    """The inputs' precision, then `-lean` (`--lean`) and `-rounded` (`--rounded`, rounded
+    logits) where the run has them."""
     base = "bf16" if "--bf16" in flags else "tf32" if "--tf32" in flags else "f32"
-    return base + "-lean" if "--lean" in flags else base
+    return base + ("-lean" if "--lean" in flags else "") + ("-rounded" if "--rounded" in flags else "")
+
+
+def base_precision(prec):
+    """The inputs' precision of ours' `prec` (without its modes): the peers' precision to
+    compare with."""
+    return prec.split("-")[0]
+
+
+def precision_label(prec):
+    """`prec` as the tables name it: TF32, f32 or bf16, then the modes."""
+    label = "TF32" if prec.startswith("tf32") else base_precision(prec)
+    label += ", lean" if "-lean" in prec else ""
+    return label + (", rounded logits" if "-rounded" in prec else "")
 
 
 def activation(flags):
@@ -163,8 +179,8 @@ def table(path):
     for b, i, c, precision in keys:
         same = [r for r in rows if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, precision)]
         ours = next(r for r in same if r["contender"] == "ours")
-        # The lean mode beside the peers of its inputs' precision (theirs have no lean mode).
-        base = precision.removesuffix("-lean")
+        # The modes beside the peers of their inputs' precision (theirs have no such modes).
+        base = base_precision(precision)
         peers = [
             r
             for r in rows
@@ -450,7 +466,7 @@ def small(path):
 def memory(path):
     """From a lease CSV: ours' `--phases` runs with their memory, one row per configuration
     (every round's step with one sync, 20 back to back and extra MiB), beside every peer of the
-    same shape and precision (the lean mode beside its inputs' precision), any activation, each
+    same shape and precision (the modes beside their inputs' precision), any activation, each
     peer's synced median and extra MiB."""
     rows = list(csv.DictReader(open(path)))
     peers = [r for r in rows if r["method"] == "peers_bench"]
@@ -458,11 +474,11 @@ def memory(path):
     print("| B, I, C | precision | step, one sync | 20 back to back, per step | extra MiB | peers, same lease (activation: synced median ms, extra MiB) |")
     print("|---|---|---:|---:|---:|---|")
     for (b, i, c, prec, act), runs in configs.items():
-        label = ("TF32" if prec.startswith("tf32") else prec.split("-")[0]) + (", lean" if prec.endswith("-lean") else "")
+        label = precision_label(prec)
         label += ", identity" if act == "identity" else ", ReLU"
         one, back = rounds(runs, "step_ms"), rounds(runs, "back_to_back_ms")
         extra = " / ".join(dict.fromkeys(r["extra_mib"] for r in runs))
-        base = prec.removesuffix("-lean")
+        base = base_precision(prec)
         here = sorted(
             (p for p in peers if (p["B"], p["I"], p["C"], p["precision"]) == (b, i, c, base)),
             key=lambda p: float(p["step_ms"]),

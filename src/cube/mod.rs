@@ -583,6 +583,7 @@ fn streamed_step<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
             relu: kernels.relu(),
             chunk_elements: kernels.chunk_elements,
             lean: kernels.accumulation == crate::HeadAccumulation::Lean,
+            rounded: kernels.logits == crate::HeadLogits::Rounded,
             terms,
         },
         predict,

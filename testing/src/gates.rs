@@ -259,7 +259,7 @@ pub fn half_slack(
     dtype: DType,
     activation: HeadActivation,
 ) -> Slack {
-    half_slack_in_chunks(data, grad, dtype, activation, None)
+    half_slack_in_chunks(data, grad, dtype, activation, None, false)
 }
 
 /// [`half_slack`] for the lean mode (`HeadAccumulation::Lean`), whose streamed path sums dW
@@ -277,17 +277,49 @@ pub fn lean_slack(
     activation: HeadActivation,
     rows: usize,
 ) -> Slack {
-    half_slack_in_chunks(data, grad, dtype, activation, Some(rows.max(1)))
+    half_slack_in_chunks(data, grad, dtype, activation, Some(rows.max(1)), false)
+}
+
+/// The bf16 allowance with rounded logits (`HeadLogits::Rounded`): [`half_slack`]'s, or with
+/// `lean` rows [`lean_slack`]'s, for a path that rounds each logit product `P = X W^T` to bf16
+/// before the bias and the softmax, writes dZ over it in bf16, and sums db from that rounded
+/// dZ. With `u`, `eta` of bf16 ([`half_roundoff`]):
+/// - a logit moves by at most `e_rc = u |P_rc| + eta` (the product's own f32 sum is left to
+///   the gate's bound, as everywhere); the activation is 1-Lipschitz, so H too; `e_r = max_c
+///   e_rc`;
+/// - a row's loss `lse(H_r) - H_ry` moves by at most `2 e_r`, the mean loss by their mean;
+/// - a probability moves by at most the factor `exp(2 e_r)`, so dZ by `D_rc = |g| p_rc
+///   (exp(2 e_r) - 1) / B` where it is not masked, plus `|g| |p_rc - onehot_rc| / B` where
+///   the ReLU mask can flip (`|Z_rc| <= e_rc`), as in [`tf32_slack`];
+/// - dZ, so moved, is rounded to bf16 as [`half_slack`]'s is, `u (|dZ_rc| + D_rc) + eta |g|`,
+///   and reaches dX, dW and db (which sums the rounded dZ) through the exact other operand
+///   with `D_rc`; the outputs' roundings as [`half_slack`]'s, of the moved values.
+pub fn rounded_logits_slack(
+    data: &crate::reference::HeadData,
+    grad: f64,
+    activation: HeadActivation,
+    lean: Option<usize>,
+) -> Slack {
+    half_slack_in_chunks(
+        data,
+        grad,
+        DType::BF16,
+        activation,
+        lean.map(|rows| rows.max(1)),
+        true,
+    )
 }
 
 /// [`half_slack`], with dW rounded after every chunk of `lean` rows but the last where given
-/// ([`lean_slack`]).
+/// ([`lean_slack`]), and with the logits rounded to the type where `logits_rounded`
+/// ([`rounded_logits_slack`]).
 fn half_slack_in_chunks(
     data: &crate::reference::HeadData,
     grad: f64,
     dtype: DType,
     activation: HeadActivation,
     lean: Option<usize>,
+    logits_rounded: bool,
 ) -> Slack {
     let (u, eta) = half_roundoff(dtype).expect("a half-precision dtype");
     let dz_rounded = dtype == DType::BF16;
@@ -301,23 +333,48 @@ fn half_slack_in_chunks(
     // The lean mode's roundings of the running dW so far.
     let mut lean_moved = vec![0.0; c * i];
     let mut loss = 0.0;
+    let mut loss_moved = 0.0;
     for r in 0..b {
         let (z, h, m, d) = exact_row(data, r, relu);
         let label = data.labels[r];
         let target = usize::try_from(label).unwrap_or(0).min(c.saturating_sub(1));
         loss += (d.ln() + m - h[target]) / b as f64;
+        // Each logit's move by its rounding (rounded logits), and the row's largest.
+        let logit_moves: Vec<f64> = (0..c)
+            .map(|j| {
+                if logits_rounded {
+                    u * (z[j] - data.bias[j] as f64).abs() + eta
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let e_row = logit_moves.iter().cloned().fold(0.0, f64::max);
+        loss_moved += 2.0 * e_row / b as f64;
         for j in 0..c {
             let p = (h[j] - m).exp() / d;
             let onehot = if label == j as i64 { 1.0 } else { 0.0 };
             let dh = scale * (p - onehot);
             let dz = if !relu || z[j] > 0.0 { dh } else { 0.0 };
+            // What the rounded logits move dZ by: the probability's factor where unmasked,
+            // the whole of dH where the mask can flip.
+            let logit_flip = relu && logits_rounded && z[j].abs() <= logit_moves[j];
+            let from_logits = if !logits_rounded {
+                0.0
+            } else if logit_flip {
+                dh.abs() + scale * p * ((2.0 * e_row).exp() - 1.0)
+            } else if !relu || z[j] > 0.0 {
+                scale * p * ((2.0 * e_row).exp() - 1.0)
+            } else {
+                0.0
+            };
             let flip = if relu && z[j].abs() <= eta {
                 dh.abs()
             } else {
                 0.0
             };
             let e = if dz_rounded {
-                u * dz.abs() + eta * grad.abs() + flip
+                from_logits + u * (dz.abs() + from_logits) + eta * grad.abs() + flip
             } else {
                 0.0
             };
@@ -352,7 +409,7 @@ fn half_slack_in_chunks(
             .collect()
     };
     Slack {
-        loss: u * loss.abs() + eta,
+        loss: loss_moved + u * (loss.abs() + loss_moved) + eta,
         dx: zip(&exact.dx, &moved.dx),
         dw: zip(&exact.dw, &moved.dw),
         db: zip(&exact.db, &moved.db),
@@ -725,7 +782,110 @@ fn scaled<B: Backend>(
 
 #[cfg(test)]
 mod tests {
-    use super::round_tf32;
+    use super::{HeadActivation, Slack, half_slack, round_tf32, rounded_logits_slack};
+    use crate::reference::HeadData;
+    use burn::tensor::DType;
+
+    /// One training step in f64 with the op's bf16 roundings where `rounded` (each logit
+    /// product, dZ, the outputs, and again where the upstream gradient `grad` scales them),
+    /// exact without: `[loss], dX, dW, db` as one vector.
+    fn simulated(data: &HeadData, grad: f64, relu: bool, rounded: bool) -> Vec<f64> {
+        let r = |v: f64| {
+            if rounded {
+                burn::tensor::bf16::from_f64(v).to_f64()
+            } else {
+                v
+            }
+        };
+        let (b, i, c) = (data.batch, data.inputs, data.classes);
+        let (mut dx, mut dw, mut db) = (vec![0.0; b * i], vec![0.0; c * i], vec![0.0; c]);
+        let mut loss = 0.0;
+        for row in 0..b {
+            let x = &data.x[row * i..(row + 1) * i];
+            let z: Vec<f64> = (0..c)
+                .map(|j| {
+                    let w = &data.weight[j * i..(j + 1) * i];
+                    let p: f64 = x.iter().zip(w).map(|(&x, &w)| x as f64 * w as f64).sum();
+                    r(p) + data.bias[j] as f64
+                })
+                .collect();
+            let h: Vec<f64> = z
+                .iter()
+                .map(|&v| if relu { v.max(0.0) } else { v })
+                .collect();
+            let m = h.iter().cloned().fold(f64::MIN, f64::max);
+            let d: f64 = h.iter().map(|v| (v - m).exp()).sum();
+            let label = data.labels[row] as usize;
+            loss += (d.ln() + m - h[label]) / b as f64;
+            for j in 0..c {
+                let p = (h[j] - m).exp() / d;
+                let onehot = if j == label { 1.0 } else { 0.0 };
+                let dz = if !relu || z[j] > 0.0 {
+                    r((p - onehot) / b as f64)
+                } else {
+                    0.0
+                };
+                db[j] += dz;
+                for k in 0..i {
+                    dx[row * i + k] += dz * data.weight[j * i + k] as f64;
+                    dw[j * i + k] += dz * x[k] as f64;
+                }
+            }
+        }
+        let scaled = |v: Vec<f64>| -> Vec<f64> {
+            v.into_iter()
+                .map(|v| if grad == 1.0 { r(v) } else { r(r(v) * grad) })
+                .collect()
+        };
+        [vec![r(loss)], scaled(dx), scaled(dw), scaled(db)].concat()
+    }
+
+    /// How many elements of `got` are off `want` by more than `slack`.
+    fn outside(got: &[f64], want: &[f64], slack: &Slack) -> usize {
+        let bound = [
+            vec![slack.loss],
+            slack.dx.clone(),
+            slack.dw.clone(),
+            slack.db.clone(),
+        ]
+        .concat();
+        got.iter()
+            .zip(want)
+            .zip(&bound)
+            .filter(|((g, w), b)| (*g - *w).abs() > **b)
+            .count()
+    }
+
+    /// The rounded-logits bound holds for the step it models, simulated in f64 with every
+    /// rounding (no f32 sums, so the bound alone must cover it), at logits large enough that
+    /// their rounding shows, both activations and two upstream gradients; and the bf16 bound
+    /// without the logits' term does not (the term is needed).
+    #[test]
+    fn rounded_logits_slack_covers_the_step_it_models() {
+        let mut data = HeadData::random(7, 29, 24, 40);
+        for w in &mut data.weight {
+            *w *= 6.0;
+        }
+        let data = data.rounded_to(DType::BF16);
+        let mut short = 0;
+        for (activation, grad) in [
+            (HeadActivation::Relu, 1.0),
+            (HeadActivation::Identity, 1.0),
+            (HeadActivation::Relu, 0.5),
+        ] {
+            let relu = activation == HeadActivation::Relu;
+            let want = simulated(&data, grad, relu, false);
+            let got = simulated(&data, grad, relu, true);
+            let slack = rounded_logits_slack(&data, grad, activation, None);
+            assert_eq!(outside(&got, &want, &slack), 0, "{activation:?} g={grad}");
+            short += outside(
+                &got,
+                &want,
+                &half_slack(&data, grad, DType::BF16, activation),
+            );
+        }
+        assert!(short > 0, "the bf16 bound alone covers rounded logits here");
+    }
 
     #[test]
     fn round_tf32_keeps_ten_mantissa_bits_ties_to_even() {

@@ -92,6 +92,30 @@ fn lean_f32_gives_the_bits_of_the_same_chunks() {
     }
 }
 
+/// Rounded logits (`HeadLogits::Rounded`) on f32 tensors: nothing to round to, so the bits of
+/// the f32 logits, in both precisions and both accumulations, over ragged chunks.
+#[test]
+fn rounded_logits_on_f32_give_the_bits_of_f32_logits() {
+    let device = &device();
+    let data = HeadData::random(43, 97, 40, 130);
+    for precision in [HeadPrecision::Exact, HeadPrecision::Tf32] {
+        for accumulation in [
+            burn_fused_head::HeadAccumulation::F32,
+            burn_fused_head::HeadAccumulation::Lean,
+        ] {
+            let options = relu_options()
+                .with_precision(precision)
+                .with_accumulation(accumulation);
+            let rounded = options
+                .clone()
+                .with_logits(burn_fused_head::HeadLogits::Rounded);
+            let want = streamed::<B>(device, &data, HeadWanted::ALL, options, 130 * 13);
+            let got = streamed::<B>(device, &data, HeadWanted::ALL, rounded, 130 * 13);
+            assert_eq!(got, want, "{precision:?} {accumulation:?}");
+        }
+    }
+}
+
 /// Through `Autodiff<B>` (the public function), scaled by an upstream gradient of -1.5, in
 /// chunks of 5 rows: the gradients of stock Burn's autodiff.
 #[test]

@@ -6,7 +6,7 @@
 //!   [`crate::softmax_ce`]) and `dZ = act'(Z) (softmax(H) - onehot) / B` written over P: the
 //!   gradient for a unit upstream gradient, ready for the chunk's `dX` and `dW` products. With
 //!   bf16 inputs, P is f32 and dZ is also written rounded to bf16, the operand those products
-//!   take. The LM terms (a logit scale, a softcap, the z-loss) and the
+//!   take; with rounded logits, P is bf16 and dZ is written over it in bf16. The LM terms (a logit scale, a softcap, the z-loss) and the
 //!   row's log-sum-exp and entropy are compile-time options of the same kernel.
 //! - [`streamed_column_sums`]: `db += column_sum(dZ)`, chunk after chunk, in a fixed order.
 
@@ -48,9 +48,10 @@ fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: boo
 /// In place: the first read and the label's value come before the trees, whose barriers every
 /// unit passes before writing.
 ///
-/// With `half`, `bias` and `dz_half` [n, C] are of the inputs' half type `E`, P is f32 (`F`),
-/// and each dZ is also written rounded to `E` into `dz_half`; without, `E` is `F` and
-/// `dz_half` is never touched.
+/// P is stored as `P`: f32 (`F`), or the inputs' half type where the logits product rounds
+/// its sums to it (then dZ is written over P rounded to that type). Every value is computed
+/// in `F`. With `half`, `bias` and `dz_half` [n, C] are of the inputs' half type `E`, and
+/// each dZ is also written rounded to `E` into `dz_half`; without, `dz_half` is never touched.
 ///
 /// With `weighted`, the row's dZ is scaled by `row_weights[first + row]` where it is by
 /// `1 / B` without (the gradient of `sum_r row_weights[r] loss[r]`: class weights, ignored
@@ -74,8 +75,8 @@ fn capped<F: Float>(v: F, scale: F, cap: F, inv_cap: F, #[comptime] softcap: boo
 /// value, and an argmax tree keeps the larger value, then the smaller class. The loss's tree
 /// is the same with or without it. Without, `predictions` is never touched.
 #[cube(launch_unchecked)]
-pub fn streamed_rows<F: Float, E: Float, L: Int, N: Size>(
-    p: &mut Tensor<Vector<F, N>>,
+pub fn streamed_rows<F: Float, E: Float, P: Float, L: Int, N: Size>(
+    p: &mut Tensor<Vector<P, N>>,
     bias: &Tensor<Vector<E, N>>,
     labels: &Tensor<L>,
     loss: &mut Tensor<F>,
@@ -130,7 +131,7 @@ pub fn streamed_rows<F: Float, E: Float, L: Int, N: Size>(
         let mut top = F::min_value();
         #[unroll]
         for e in 0..N::value() {
-            let v = activation::<F>(pv[e] + F::cast_from(bv[e]), relu) * scale;
+            let v = activation::<F>(F::cast_from(pv[e]) + F::cast_from(bv[e]), relu) * scale;
             if predict {
                 let class = (j * N::value() + e) as u32;
                 let take = v > best || at == classes as u32;
@@ -161,7 +162,7 @@ pub fn streamed_rows<F: Float, E: Float, L: Int, N: Size>(
     #[unroll]
     for e in 0..N::value() {
         let here = target % N::value() == e;
-        raw = select(here, pv[e] + F::cast_from(bv[e]), raw);
+        raw = select(here, F::cast_from(pv[e]) + F::cast_from(bv[e]), raw);
     }
     let v = activation::<F>(raw, relu) * scale;
     let (picked, _) = capped::<F>(v, scale, cap, inv_cap, softcap);
@@ -224,7 +225,7 @@ pub fn streamed_rows<F: Float, E: Float, L: Int, N: Size>(
         let mut dzv = Vector::<F, N>::empty().fill(F::new(0.0));
         #[unroll]
         for e in 0..N::value() {
-            let z = pv[e] + F::cast_from(bv[e]);
+            let z = F::cast_from(pv[e]) + F::cast_from(bv[e]);
             let (h, slope) = capped::<F>(
                 activation::<F>(z, relu) * scale,
                 scale,
@@ -243,7 +244,7 @@ pub fn streamed_rows<F: Float, E: Float, L: Int, N: Size>(
             }
             dzv[e] = activation_grad::<F>(z, dh * slope, relu);
         }
-        p[base + j] = dzv;
+        p[base + j] = Vector::<P, N>::cast_from(dzv);
         if half {
             dz_half[base + j] = Vector::<E, N>::cast_from(dzv);
         }

@@ -51,7 +51,8 @@ const TRANSPOSED_X_ELEMENTS: usize = 8 << 20;
 /// chunk: on cuBLASLt's one stream, the previous chunk's dX and dW products read it before the
 /// next logits overwrite it. In bf16's whole-batch mode ([`super::whole_batch_dz`]) a chunk's
 /// products are db alone, and dX and dW follow the last chunk ([`Products::finish`]) on
-/// either route.
+/// either route; with rounded logits there, there is no chunk buffer: each chunk's P is
+/// written at its rows of the whole batch's dZ, and dZ over it.
 pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut Grads<R>) -> bool {
     let Some(x) = (chunk.x as &dyn Any).downcast_ref::<CubeTensor<CudaRuntime>>() else {
         return false;
@@ -64,23 +65,33 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
     let inputs = chunk.x.shape()[1];
     let classes = chunk.weight.shape()[0];
     let tf32 = chunk.tf32;
-    // X's, W's and dX's type (dZ's too, as an operand); P, dW and db are f32.
+    // X's, W's and dX's type (dZ's too, as an operand); P, dW and db are f32 (P is of the
+    // inputs' type with rounded logits).
     let operand = element(chunk.x.dtype);
     let size = operand.bytes();
-    let buffer = empty_of::<R>(chunk.x, [rows, classes], DType::F32); // [rows, C], every chunk's P
+    let p_type = if chunk.rounded {
+        chunk.x.dtype
+    } else {
+        DType::F32
+    };
+    // [rows, C], every chunk's P; none with rounded logits in the whole-batch mode, whose P
+    // is written at the chunk's rows of the [B, C] dZ buffer.
+    let buffer =
+        (!(chunk.rounded && chunk.whole)).then(|| empty_of::<R>(chunk.x, [rows, classes], p_type));
     // TF32 dW from a transposed copy of X's chunk [I, rows], where it fits.
     let transposed = (tf32
         && grads.weight.is_some()
         && rows * inputs <= TRANSPOSED_X_ELEMENTS
         && !dw_as_stored())
     .then(|| empty_of::<R>(chunk.x, [inputs, rows], DType::F32));
-    // db as the product dZ^T 1: a vector of `rows` ones.
+    // db as the product dZ^T 1: a vector of `rows` ones, of P's type (the product's
+    // operands share one).
     let ones = grads.bias.as_ref().map(|db| {
         burn_cubecl::ops::numeric::ones_client(
             db.client.clone(),
             db.device.clone(),
             [rows].into(),
-            db.dtype,
+            p_type,
         )
     });
     let stream_kernel = if host_ordered() {
@@ -114,7 +125,7 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         [
             Some(chunk.x),
             Some(chunk.weight),
-            Some(&buffer),
+            Some(buffer.as_ref().unwrap_or(chunk.dz_half)),
             Some(chunk.dz_half),
             grads.x.as_ref(),
             grads.weight.as_ref(),
@@ -139,6 +150,8 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
         x: given(x_ptr),
         w: given(w_ptr),
         p: p_ptr,
+        p_output: element(p_type),
+        p_at_rows: buffer.is_none(),
         // dZ as the dX and dW products' operand: P itself, or its copy in the inputs' type.
         dz: if chunk.half { given(dz_half) } else { p_ptr },
         dx,
@@ -175,7 +188,7 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
             one_timeline(
                 chunk,
                 rows,
-                &buffer,
+                buffer.as_ref(),
                 &products,
                 fixed,
                 &mut engine,
@@ -187,7 +200,7 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
                 .one_timeline
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        None => host_ordered_chunks(chunk, rows, &buffer, &products, &mut engine),
+        None => host_ordered_chunks(chunk, rows, buffer.as_ref(), &products, &mut engine),
     }
     // Marks of a route not traced (host-ordered: its stream waits for the host) are dropped.
     #[cfg(feature = "testing")]
@@ -205,7 +218,13 @@ pub(super) fn run<R: CubeRuntime>(chunk: &Chunk<'_, R>, rows: usize, grads: &mut
 struct Products {
     x: u64,
     w: u64,
+    /// The chunk buffer, or with rounded logits in the whole-batch mode (`p_at_rows`), dZ's
+    /// `[B, C]` buffer, at whose chunk rows P is written.
     p: u64,
+    /// P's type: f32, or the inputs' with rounded logits (then also db's operands).
+    p_output: Element,
+    /// P at the chunk's rows of `p` ([`Products::p_at`]), not at its start.
+    p_at_rows: bool,
     dz: u64,
     dx: Option<u64>,
     dw: Option<u64>,
@@ -266,17 +285,27 @@ impl Products {
         }
     }
 
+    /// The address of rows `first..`'s P: `p`, or its row `first` where P is written at the
+    /// chunk's rows.
+    fn p_at(&self, first: usize) -> u64 {
+        if self.p_at_rows {
+            self.p + (first * self.classes) as u64 * self.p_output.bytes()
+        } else {
+            self.p
+        }
+    }
+
     /// Enqueues `P = X[first..first + n] W^T`.
     ///
     /// # Safety
     /// Every pointer is of a live buffer of the engine's device, its layout as the product
     /// describes, until the engine's stream has run it; X and W are written.
     unsafe fn logits(&self, engine: &mut Engine, first: usize, n: usize) {
-        let gemm =
-            Gemm::logits(n, self.inputs, self.classes, self.tf32).typed(self.operand, Element::F32);
+        let gemm = Gemm::logits(n, self.inputs, self.classes, self.tf32)
+            .typed(self.operand, self.p_output);
         let x_rows = self.x + (first * self.inputs) as u64 * self.size;
         // SAFETY: the caller's contract.
-        unsafe { engine.run(gemm, self.w, x_rows, self.p, 0.0) };
+        unsafe { engine.run(gemm, self.w, x_rows, self.p_at(first), 0.0) };
         engine.mark("logits");
     }
 
@@ -290,10 +319,12 @@ impl Products {
         let (inputs, classes, tf32) = (self.inputs, self.classes, self.tf32);
         let operand = self.operand;
         let beta = if first == 0 { 0.0 } else { 1.0 };
+        // db = dZ^T 1 from P's dZ: f32, or rounded to the inputs' type with rounded logits.
+        let bias_gradient = Gemm::bias_gradient(n, classes).typed(self.p_output, Element::F32);
         if self.whole {
             if let (Some(db), Some(ones)) = (self.db, self.ones) {
                 // SAFETY: the caller's contract.
-                unsafe { engine.run(Gemm::bias_gradient(n, classes), self.p, ones, db, beta) };
+                unsafe { engine.run(bias_gradient, self.p_at(first), ones, db, beta) };
                 engine.mark("db");
             }
             return;
@@ -307,7 +338,7 @@ impl Products {
                 engine.mark("dX");
             }
             if let (Some(db), Some(ones)) = (self.db, self.ones) {
-                engine.run(Gemm::bias_gradient(n, classes), self.p, ones, db, beta);
+                engine.run(bias_gradient, self.p, ones, db, beta);
                 engine.mark("db");
             }
             if let Some(dw) = self.dw {
@@ -340,7 +371,7 @@ impl Products {
 fn one_timeline<R: CubeRuntime>(
     chunk: &Chunk<'_, R>,
     rows: usize,
-    buffer: &CubeTensor<R>,
+    buffer: Option<&CubeTensor<R>>,
     products: &Products,
     fixed: [u64; 9],
     engine: &mut Engine,
@@ -377,14 +408,14 @@ fn one_timeline<R: CubeRuntime>(
         // and the row kernel's tensors say; CubeCL wrote them before the caller's wait and
         // touches none of them until the engine's stream is synchronised below.
         unsafe { products.logits(engine, first, n) };
-        let view = rows_view(buffer, n);
+        let view = p_rows(chunk, buffer, first, n);
         let p = cuda(&view);
         let [b, l, loss, pred, dzh, rw, zw, lse, ent] = &fixed;
         // The rows the kernel writes (its metadata theirs), at the address `dz_half_at` gives.
         let dz_rows = cuda(&chunk.dz_half_rows(first, n));
         let arguments = on_stream::Arguments {
             tensors: [
-                (&p, products.p),
+                (&p, products.p_at(first)),
                 (&b.0, b.1),
                 (&l.0, l.1),
                 (&loss.0, loss.1),
@@ -471,7 +502,7 @@ fn one_timeline<R: CubeRuntime>(
 fn host_ordered_chunks<R: CubeRuntime>(
     chunk: &Chunk<'_, R>,
     rows: usize,
-    buffer: &CubeTensor<R>,
+    buffer: Option<&CubeTensor<R>>,
     products: &Products,
     engine: &mut Engine,
 ) {
@@ -491,7 +522,7 @@ fn host_ordered_chunks<R: CubeRuntime>(
             // SAFETY: as above; P's first n rows are written.
             unsafe { products.logits(engine, first, n) };
             engine.synchronize();
-            let p = rows_view(buffer, n);
+            let p = p_rows(chunk, buffer, first, n);
             (chunk.launch_rows)(&p, chunk, first);
             super::note_memory(&p);
             previous = Some((first, n));
@@ -525,20 +556,25 @@ fn row_kernel<R: CubeRuntime>(
         z_loss: chunk.terms.z_loss != 0.0,
         stats: chunk.stats,
     };
-    let load = match chunk.x.dtype {
-        DType::BF16 => by_label_type!("head_step", chunk.labels.dtype, load_rows::<bf16>),
-        _ => by_label_type!("head_step", chunk.labels.dtype, load_rows::<f32>),
+    let load = match (chunk.x.dtype, chunk.rounded) {
+        (DType::BF16, true) => {
+            by_label_type!("head_step", chunk.labels.dtype, load_rows::<bf16, bf16>)
+        }
+        (DType::BF16, false) => {
+            by_label_type!("head_step", chunk.labels.dtype, load_rows::<bf16, f32>)
+        }
+        _ => by_label_type!("head_step", chunk.labels.dtype, load_rows::<f32, f32>),
     };
     load(x, switches, engine)
 }
 
-/// [`row_kernel`] for inputs of type `E` and labels of type `L`.
-fn load_rows<E: FloatElement, L: IntElement>(
+/// [`row_kernel`] for inputs of type `E`, P stored as `P` and labels of type `L`.
+fn load_rows<E: FloatElement, P: FloatElement, L: IntElement>(
     x: &CubeTensor<CudaRuntime>,
     switches: on_stream::Switches,
     engine: &Engine,
 ) -> Option<&'static on_stream::Loaded> {
-    let task = on_stream::rows_task::<E, L>(&x.client, switches);
+    let task = on_stream::rows_task::<E, P, L>(&x.client, switches);
     on_stream::compile(x.device.index, engine.context(), &task)
 }
 
@@ -567,6 +603,21 @@ fn dw_as_stored() -> bool {
 /// Whether the host-ordered route is forced (the comparison of the two routes).
 fn host_ordered() -> bool {
     forced!(host_ordered)
+}
+
+/// Rows `first..first + n`'s P as a `[n, C]` tensor on the memory it is written to: the first
+/// `n` rows of the chunk buffer, or (no buffer: rounded logits in the whole-batch mode) those
+/// rows of the `[B, C]` dZ buffer.
+fn p_rows<R: CubeRuntime>(
+    chunk: &Chunk<'_, R>,
+    buffer: Option<&CubeTensor<R>>,
+    first: usize,
+    n: usize,
+) -> CubeTensor<R> {
+    match buffer {
+        Some(buffer) => rows_view(buffer, n),
+        None => chunk.whole_rows(first, [n, chunk.weight.shape()[0]]),
+    }
 }
 
 /// The first `n` rows of the chunk buffer as a `[n, C]` tensor on the same memory.

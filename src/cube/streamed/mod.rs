@@ -24,8 +24,8 @@
 //! stream, compiled outside CubeCL's server (`on_stream`), so a step is one GPU timeline.
 //!
 //! bf16 inputs run here on cuBLASLt only ([`half_available`]): the
-//! products take the inputs' type as operands and accumulate in f32; P, the loss, the
-//! softmax, dW and db are f32; the row kernel also writes dZ rounded to the inputs' type (a
+//! products take the inputs' type as operands and accumulate in f32; P (unless rounded), the
+//! loss, the softmax, dW and db are f32; the row kernel also writes dZ rounded to the inputs' type (a
 //! second chunk buffer, half the size of P), the operand of the dX and dW products. dX comes
 //! out of its product in the inputs' type; dW and db are accumulated in f32 and rounded once
 //! at the end, as is the loss. Where dW is wanted and `B <= 2 I` ([`whole_batch_dz`]), the
@@ -35,7 +35,10 @@
 //! the inputs' type, in place of an f32 `[C, I]` read and written by every chunk. In the lean
 //! mode ([`Settings::lean`]) dW is of the inputs' type and each chunk's product adds to it
 //! (cuBLASLt reads it as C, sums in f32, rounds once), with chunks of at most
-//! [`LEAN_CHUNK_ELEMENTS`] and never the whole-batch dZ.
+//! [`LEAN_CHUNK_ELEMENTS`] and never the whole-batch dZ. With rounded logits
+//! ([`Settings::rounded`], bf16 only) the logits product writes P in bf16, the row kernel
+//! writes dZ over it in bf16 (no f32 P, no copy) and db sums that dZ; in the whole-batch mode
+//! P is written at its rows of the `[B, C]` dZ buffer, in one chunk: no chunk buffer at all.
 //!
 //! Memory beyond the inputs and the gradients: the chunk buffer (at most [`CHUNK_ELEMENTS`]
 //! floats, 256 MiB; [`LARGE_CHUNK_ELEMENTS`], 512 MiB, from C = 65536; one row of C floats
@@ -207,6 +210,12 @@ fn note_memory<R: CubeRuntime>(like: &CubeTensor<R>) {
 /// per-row and per-class vectors (`4 B` to `16 B` and `4 C` bytes, and a vector of ones).
 pub(crate) const WHOLE_CHUNK_ELEMENTS: usize = 52 << 20;
 
+/// Invariant of memory in the lean mode with rounded logits ([`Settings::rounded`]): 96 Mi
+/// elements, as many bytes as [`LEAN_CHUNK_ELEMENTS`] with f32 P (the chunk buffer holds P
+/// and dZ over it in bf16, 2 bytes an element, where f32 P and dZ's copy take 6): 192 MiB.
+/// (8192, 4096, 32000): 3 chunks of at most 3072 rows; 128256: 11 of at most 768.
+pub(crate) const LEAN_ROUNDED_CHUNK_ELEMENTS: usize = 96 << 20;
+
 /// Invariant of memory in the lean mode ([`HeadAccumulation::Lean`]): 32 Mi elements, so that
 /// the chunk buffers take at most 192 MiB in bf16 (P in f32 and dZ's copy, 6 bytes an element;
 /// 128 MiB in f32, plus at most 32 MiB of X's transposed chunk with TF32) and, with the 32 MiB
@@ -264,6 +273,9 @@ pub(super) struct Settings {
     /// [`crate::HeadAccumulation::Lean`]: dW summed in the inputs' type between chunks,
     /// chunks of at most [`LEAN_CHUNK_ELEMENTS`] unless `chunk_elements` says.
     pub lean: bool,
+    /// [`crate::HeadLogits::Rounded`]: for bf16 inputs, P is written in bf16 and dZ over it
+    /// (no f32 P, no dZ copy); nothing for f32 inputs.
+    pub rounded: bool,
     /// The logit scale, softcap and z-loss, and whether to give the statistics (its
     /// activation and smoothing are not read: the activation is `relu`'s, smoothing never
     /// streams).
@@ -332,6 +344,7 @@ pub(super) fn loss_and_gradients<
         relu,
         chunk_elements,
         lean,
+        rounded,
         terms,
     } = settings;
     let (x, weight, bias, labels) = (
@@ -344,11 +357,15 @@ pub(super) fn loss_and_gradients<
     let classes = weight.shape()[0];
     let dtype = x.dtype;
     let half = dtype != DType::F32;
+    let rounded = rounded && dtype == DType::BF16;
     let whole = !lean && whole_batch_dz(half, wanted.weight, [batch, inputs, classes]);
-    let budget = chunk_elements.or(if lean {
-        Some(LEAN_CHUNK_ELEMENTS)
-    } else {
-        whole.then_some(WHOLE_CHUNK_ELEMENTS)
+    let budget = chunk_elements.or(match (lean, whole, rounded) {
+        (true, _, false) => Some(LEAN_CHUNK_ELEMENTS),
+        (true, _, true) => Some(LEAN_ROUNDED_CHUNK_ELEMENTS),
+        // P is written into the whole batch's dZ: no chunk buffer, one chunk.
+        (false, true, true) => Some(usize::MAX),
+        (false, true, false) => Some(WHOLE_CHUNK_ELEMENTS),
+        (false, false, _) => None,
     });
     let rows = chunk_rows(batch, classes, budget);
     let sums = DType::F32;
@@ -357,13 +374,16 @@ pub(super) fn loss_and_gradients<
     let predictions = empty::<R>(&labels, [if predict { batch } else { 1 }]);
     // dZ in the inputs' type for the dX and dW products (bf16 inputs, where either is
     // wanted): [rows, C], or [B, C] in the whole-batch mode; else one vector of the row
-    // kernel's width (a binding of its vector type) that it never writes.
-    let copy = half && (wanted.x || wanted.weight);
-    let dz_rows = if whole { batch } else { rows };
+    // kernel's width (a binding of its vector type) that it never writes. With rounded
+    // logits, P itself is that dZ (the row kernel writes no copy), and the whole-batch
+    // buffer is where the logits product writes P.
+    let copy = half && (wanted.x || wanted.weight) && !rounded;
     let dz_half = empty::<R>(
         &x,
-        [if copy {
-            dz_rows * classes
+        [if whole {
+            batch * classes
+        } else if copy {
+            rows * classes
         } else {
             row_vector(classes)
         }],
@@ -402,9 +422,10 @@ pub(super) fn loss_and_gradients<
         terms.token_stats
     };
     let [lse, entropy] = [(); 2].map(|_| empty_of::<R>(&x, [if stats { batch } else { 1 }], sums));
-    let launch_rows = match dtype {
-        DType::BF16 => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16>),
-        _ => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, f32>),
+    let launch_rows = match (dtype, rounded) {
+        (DType::BF16, true) => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16, bf16>),
+        (DType::BF16, false) => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, bf16, f32>),
+        _ => by_label_type!(op, labels.dtype, launch_chunk_rows::<R, f32, f32>),
     };
     let chunk = Chunk {
         x: &x,
@@ -418,6 +439,7 @@ pub(super) fn loss_and_gradients<
         half: copy,
         whole,
         lean,
+        rounded,
         row_weights: &row_weights,
         weighted,
         z_weights: &z_weights,
@@ -488,8 +510,9 @@ struct Chunk<'a, R: CubeRuntime> {
     /// in the whole-batch mode, each chunk's rows at their place), else one vector never
     /// written.
     dz_half: &'a CubeTensor<R>,
-    /// bf16 inputs with dX or dW wanted: the row kernel also writes `dz_half`, the operand of
-    /// those products. (P and the sums are f32 for bf16 inputs either way.)
+    /// bf16 inputs with dX or dW wanted, logits not rounded: the row kernel also writes
+    /// `dz_half`, the operand of those products. (The sums are f32 for bf16 inputs either way,
+    /// and so is P unless `rounded`.)
     half: bool,
     /// The whole-batch dZ mode ([`whole_batch_dz`]): `dz_half` holds `[B, C]`, each chunk's
     /// rows at their place, and dX and dW are one product each after the chunks.
@@ -498,6 +521,12 @@ struct Chunk<'a, R: CubeRuntime> {
     /// Read by the cuBLASLt products only: elsewhere the lean mode is its chunk size alone.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     lean: bool,
+    /// Rounded logits (bf16 inputs, [`Settings::rounded`]): P is of the inputs' type and the
+    /// row kernel writes dZ over it, the operand of every gradient's product (db too); in the
+    /// whole-batch mode P is written at the chunk's rows of `dz_half`. Only on cuBLASLt
+    /// (bf16 runs nowhere else here).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    rounded: bool,
     /// With `weighted`, each row's dZ scale `[B]` (f32), else one element never read.
     row_weights: &'a CubeTensor<R>,
     weighted: bool,
@@ -596,9 +625,9 @@ impl<R: CubeRuntime> Chunk<'_, R> {
     }
 }
 
-/// [`Chunk::rows_and_bias`]'s row kernel for inputs of type `E` (P is f32) and labels of type
-/// `L`.
-fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
+/// [`Chunk::rows_and_bias`]'s row kernel for inputs of type `E`, P stored as `P` (f32, or `E`
+/// with rounded logits) and labels of type `L`.
+fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, P: FloatElement, L: IntElement>(
     p: &CubeTensor<R>,
     chunk: &Chunk<'_, R>,
     first: usize,
@@ -615,7 +644,7 @@ fn launch_chunk_rows<R: CubeRuntime, E: FloatElement, L: IntElement>(
     let terms = chunk.terms;
     let dz_half = chunk.dz_half_rows(first, p.shape()[0]);
     unsafe {
-        kernels::streamed_rows::launch_unchecked::<f32, E, L, R>(
+        kernels::streamed_rows::launch_unchecked::<f32, E, P, L, R>(
             &p.client,
             count,
             CubeDim::new_1d(units),
@@ -652,16 +681,23 @@ impl<R: CubeRuntime> Chunk<'_, R> {
     /// The row kernel's `dz_half` for rows `first..first + n`: in the whole-batch mode, those
     /// rows of dZ's `[B, C]` copy as a view of its buffer (no copy); else `dz_half` itself.
     fn dz_half_rows(&self, first: usize, n: usize) -> CubeTensor<R> {
-        let t = self.dz_half;
         if !self.whole {
-            return t.clone();
+            return self.dz_half.clone();
         }
+        let classes = self.weight.shape()[0];
+        self.whole_rows(first, [n * classes])
+    }
+
+    /// Rows `first..` of the whole-batch `[B, C]` buffer (`dz_half`) as a tensor of `shape`
+    /// on the same memory (no copy).
+    fn whole_rows<const D: usize>(&self, first: usize, shape: [usize; D]) -> CubeTensor<R> {
+        let t = self.dz_half;
         let classes = self.weight.shape()[0];
         let offset = (first * classes * t.dtype.size()) as u64;
         CubeTensor::new_contiguous(
             t.client.clone(),
             t.device.clone(),
-            [n * classes].into(),
+            shape.into(),
             t.handle.clone().offset_start(offset),
             t.dtype,
         )

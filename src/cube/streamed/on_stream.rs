@@ -42,17 +42,18 @@ pub(super) struct Switches {
     pub stats: bool,
 }
 
-/// The row kernel for inputs of type `E` (P is f32) and labels of type `L`, as CubeCL's
-/// `launch_unchecked` would build it on `client`'s device.
-pub(super) fn rows_task<E: Float, L: Int>(
+/// The row kernel for inputs of type `E`, P stored as `P` (f32, or `E` where the logits are
+/// rounded) and labels of type `L`, as CubeCL's `launch_unchecked` would build it on
+/// `client`'s device.
+pub(super) fn rows_task<E: Float, P: Float, L: Int>(
     client: &ComputeClient<CudaRuntime>,
     s: Switches,
-) -> KernelTask<CudaCompiler, kernels::streamed_rows::StreamedRows<f32, E, L, CudaRuntime>> {
+) -> KernelTask<CudaCompiler, kernels::streamed_rows::StreamedRows<f32, E, P, L, CudaRuntime>> {
     let settings = KernelSettings::default()
         .cube_dim(CubeDim::new_1d(s.units))
         .address_type(AddressType::U32);
     let t = || TensorCompilationArg { inplace: None };
-    let kernel = kernels::streamed_rows::StreamedRows::<f32, E, L, CudaRuntime>::new(
+    let kernel = kernels::streamed_rows::StreamedRows::<f32, E, P, L, CudaRuntime>::new(
         settings,
         client.clone(),
         t(),

@@ -4,7 +4,7 @@
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
 //!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA] [--softcap CAP]
 //!     [--logit-scale S] [--token-stats] [--host-ordered] [--dw-as-stored] [--memory]
-//!     [--timeline] [--half-loads K] [--lean]
+//!     [--timeline] [--half-loads K] [--lean] [--rounded]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -31,14 +31,15 @@
 //! `--half-loads K` runs the small-C kernels on bf16 or f16 X with K (1, 2 or 4) times the
 //! f32 count of X's elements loaded at once (`burn_fused_head::testing::with_half_loads`).
 //! `--lean` sums dW in the inputs' type between the streamed path's smaller chunks
-//! (`HeadAccumulation::Lean`).
+//! (`HeadAccumulation::Lean`). `--rounded` rounds bf16's logits to bf16 before the softmax
+//! (`HeadLogits::Rounded`).
 
 use std::time::Instant;
 
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
 use burn_fused_head::{
-    FusedHeadBackend, HeadAccumulation, HeadActivation, HeadOptions, HeadPrecision,
+    FusedHeadBackend, HeadAccumulation, HeadActivation, HeadLogits, HeadOptions, HeadPrecision,
     fused_linear_cross_entropy, fused_linear_cross_entropy_with_token_stats,
 };
 use burn_fused_head_testing::reference::HeadData;
@@ -74,6 +75,9 @@ fn head<B: FusedHeadBackend>(
         .with_chunk_elements(chunk_elements());
     if flag("--lean") {
         options = options.with_accumulation(HeadAccumulation::Lean);
+    }
+    if flag("--rounded") {
+        options = options.with_logits(HeadLogits::Rounded);
     }
     if flag("--tf32") {
         options = options.with_precision(HeadPrecision::Tf32);
