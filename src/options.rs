@@ -87,7 +87,8 @@ pub enum HeadAccumulation {
     /// dW is summed in the gradient's own type: each chunk's product reads the running bf16 dW,
     /// adds its part in f32 and rounds the sum to bf16 (Liger-Kernel's fused loss does the
     /// same), and the chunks are smaller (32 Mi elements, so 1024 rows at C = 32000 and 256
-    /// at C = 128256). On cuBLASLt the path then holds its chunk buffers (at most 192 MiB in
+    /// at C = 128256; with [`HeadLogits::Rounded`], whose chunk takes a third of the bytes per
+    /// element, 96 Mi: 3072 and 768 rows). On cuBLASLt the path then holds its chunk buffers (at most 192 MiB in
     /// bf16, 128 MiB in f32, plus X's transposed chunk with TF32, at most 32 MiB), cuBLASLt's
     /// 32 MiB workspace and its per-row and per-class vectors (`4 B` and `4 C` bytes each, a
     /// few of them) beyond the inputs and gradients: under 256 MiB while those vectors take
@@ -114,8 +115,11 @@ impl Default for HeadAccumulation {
 /// `Rounded` trades one rounding of each logit for fewer bytes: the product writes P = X W^T
 /// in bf16, the row kernel reads it (twice) and writes dZ over it in bf16, and db sums that
 /// rounded dZ, where `F32` writes and reads P in f32 and also writes an f32 dZ for db. Where
-/// `B <= 2 I` and dW is wanted (the whole batch's dZ is kept), P is written into that dZ
-/// buffer, so the path holds no chunk buffer at all. Its error beyond the bf16 bound: each
+/// the whole batch's dZ is kept (`HeadAccumulation::F32`, dW wanted, `B <= 2 I`), P is written
+/// into that dZ buffer, so the path holds no chunk buffer at all and takes the batch in one
+/// chunk unless `chunk_elements` is given. The predictions and the per-row statistics then
+/// come from the rounded logits too (ties, the lower class winning, are likelier). Its error
+/// beyond the bf16 bound: each
 /// logit moves by at most `u |P| + eta` (`u = 2^-8`), a row's loss by twice its largest such
 /// move, its probabilities by the factor `exp(2 max)` (`gates::rounded_logits_slack` in the
 /// testing crate has the bound, gated on CUDA). f32 and f16 tensors, C <= 32, the stock-op
@@ -219,8 +223,9 @@ pub struct HeadOptions {
     pub z_loss: Option<f32>,
     /// The most elements of the streamed path's chunk buffer `[rows, C]` (C > 32 on the
     /// CubeCL backends): less memory, more passes over dW. At least 1; below C, chunks of one
-    /// row. Default: the path's own rule (64 Mi elements, 128 Mi from C = 65536). The bits
-    /// of the result depend on it (dW and db are summed chunk by chunk), never on the call.
+    /// row. Default: the path's own rule (64 Mi elements, 128 Mi from C = 65536; bf16's modes
+    /// have their own: [`HeadAccumulation`], [`HeadLogits`]). The bits of the result depend on
+    /// it (dW and db are summed chunk by chunk), never on the call.
     pub chunk_elements: Option<usize>,
     /// See [`HeadAccumulation`]. Default: f32. A `chunk_elements` given replaces the lean
     /// mode's chunk budget too.

@@ -790,6 +790,18 @@ mod tests {
     /// product, dZ, the outputs, and again where the upstream gradient `grad` scales them),
     /// exact without: `[loss], dX, dW, db` as one vector.
     fn simulated(data: &HeadData, grad: f64, relu: bool, rounded: bool) -> Vec<f64> {
+        simulated_in_chunks(data, grad, relu, rounded, None)
+    }
+
+    /// [`simulated`], with dW's running sum rounded after every chunk of `lean` rows but the
+    /// last where given (the lean mode).
+    fn simulated_in_chunks(
+        data: &HeadData,
+        grad: f64,
+        relu: bool,
+        rounded: bool,
+        lean: Option<usize>,
+    ) -> Vec<f64> {
         let r = |v: f64| {
             if rounded {
                 burn::tensor::bf16::from_f64(v).to_f64()
@@ -830,6 +842,12 @@ mod tests {
                     dx[row * i + k] += dz * data.weight[j * i + k] as f64;
                     dw[j * i + k] += dz * x[k] as f64;
                 }
+            }
+            if let Some(rows) = lean
+                && (row + 1) % rows == 0
+                && row + 1 < b
+            {
+                dw.iter_mut().for_each(|v| *v = r(*v));
             }
         }
         let scaled = |v: Vec<f64>| -> Vec<f64> {
@@ -878,6 +896,14 @@ mod tests {
             let got = simulated(&data, grad, relu, true);
             let slack = rounded_logits_slack(&data, grad, activation, None);
             assert_eq!(outside(&got, &want, &slack), 0, "{activation:?} g={grad}");
+            // The lean mode: dW's running sum rounded after every chunk of 7 rows but the last.
+            let got = simulated_in_chunks(&data, grad, relu, true, Some(7));
+            let slack = rounded_logits_slack(&data, grad, activation, Some(7));
+            assert_eq!(
+                outside(&got, &want, &slack),
+                0,
+                "lean, {activation:?} g={grad}"
+            );
             short += outside(
                 &got,
                 &want,

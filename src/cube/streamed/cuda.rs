@@ -310,7 +310,8 @@ impl Products {
     }
 
     /// Enqueues the wanted gradients' products of rows `first..first + n`, whose dZ is in the
-    /// chunk buffer: dX's rows, then db and dW, written by the first chunk, added to after.
+    /// chunk buffer (or its copy, or with rounded logits in the whole-batch mode, at its rows
+    /// of `p`): dX's rows, then db and dW, written by the first chunk, added to after.
     /// In the whole-batch mode, db alone ([`Products::finish`] runs dX and dW).
     ///
     /// # Safety

@@ -4,7 +4,8 @@
 //! saves; see below).
 //!
 //! For each chunk of rows (in order, sized by [`chunk_rows`]):
-//! 1. `P = X[rows] W^T` into one chunk buffer `[rows, C]`;
+//! 1. `P = X[rows] W^T` into one chunk buffer `[rows, C]` (with rounded logits in bf16's
+//!    whole-batch mode, at the chunk's rows of the `[B, C]` dZ buffer);
 //! 2. one cube per row (`kernels::large_classes::streamed::streamed_rows`): `Z = P + b`,
 //!    `H = act(Z)`, the row's loss, and `dZ = act'(Z) (softmax(H) - onehot) / B` over P
 //!    (with the LM terms of [`Settings::terms`]: H scaled and capped, the z-term's gradient,
@@ -43,13 +44,16 @@
 //! Memory beyond the inputs and the gradients: the chunk buffer (at most [`CHUNK_ELEMENTS`]
 //! floats, 256 MiB; [`LARGE_CHUNK_ELEMENTS`], 512 MiB, from C = 65536; one row of C floats
 //! where C alone exceeds that), the per-row losses
-//! (4 B bytes) and, on cuBLASLt, a vector of ones for db (4 x chunk rows bytes) and its
+//! (4 B bytes) and, on cuBLASLt, a vector of ones for db (4 x chunk rows bytes, 2 with
+//! rounded logits) and its
 //! workspace (32 MiB per device, allocated once); with TF32 there, X's chunk transposed (at
 //! most 32 MiB). The CubeCL products also hold one chunk's product output and, for
 //! dW, one `[C, I]` partial while it is added. bf16 inputs add the dZ copy (half the chunk
 //! buffer's bytes, where dX or dW is wanted) and dW and db in f32 (`4 C (I + 1)` bytes; while
 //! they are rounded at the end, their bf16 copies too); in the whole-batch mode, the `[B, C]`
 //! dZ copy (`2 B C` bytes, at most the `4 C I` of the f32 dW it replaces) and db in f32.
+//! Rounded logits hold a bf16 chunk buffer and no dZ copy, and in the whole-batch mode no
+//! chunk buffer at all (P is written into the `[B, C]` dZ).
 
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{DType, Slice, TensorMetadata, bf16};
@@ -271,7 +275,8 @@ pub(super) struct Settings {
     /// See [`chunk_rows`].
     pub chunk_elements: Option<usize>,
     /// [`crate::HeadAccumulation::Lean`]: dW summed in the inputs' type between chunks,
-    /// chunks of at most [`LEAN_CHUNK_ELEMENTS`] unless `chunk_elements` says.
+    /// chunks of at most [`LEAN_CHUNK_ELEMENTS`] ([`LEAN_ROUNDED_CHUNK_ELEMENTS`] with
+    /// `rounded`) unless `chunk_elements` says.
     pub lean: bool,
     /// [`crate::HeadLogits::Rounded`]: for bf16 inputs, P is written in bf16 and dZ over it
     /// (no f32 P, no dZ copy); nothing for f32 inputs.
@@ -508,7 +513,8 @@ struct Chunk<'a, R: CubeRuntime> {
     predict: bool,
     /// With `half`, a chunk's dZ rounded to the inputs' type (`[rows, C]` elements; `[B, C]`
     /// in the whole-batch mode, each chunk's rows at their place), else one vector never
-    /// written.
+    /// written; with `rounded` in the whole-batch mode, `[B, C]`, where each chunk's P is
+    /// written and dZ over it (`half` is false there).
     dz_half: &'a CubeTensor<R>,
     /// bf16 inputs with dX or dW wanted, logits not rounded: the row kernel also writes
     /// `dz_half`, the operand of those products. (The sums are f32 for bf16 inputs either way,
