@@ -409,7 +409,7 @@ def timeline(path):
     no statistics) of its shape and precision: its round, wall, its ratio, the stream, the row kernel
     and the time after the stream (ms, medians of the run's steps)."""
     runs = [r for r in csv.DictReader(open(path)) if r["method"] == "timeline"]
-    name = lambda r: {"bf16": "bf16", "tf32": "TF32", "f32": "f32"}[r["precision"]] + (", identity" if r["activation"] == "identity" else ", ReLU")
+    name = lambda r: precision_label(r["precision"]) + (", identity" if r["activation"] == "identity" else ", ReLU")
     key = lambda r: (r["B"], r["I"], r["C"], name(r))
     plain = {}
     for r in runs:
