@@ -294,6 +294,9 @@ pub fn lean_slack(
 /// - dZ, so moved, is rounded to bf16 as [`half_slack`]'s is, `u (|dZ_rc| + D_rc) + eta |g|`,
 ///   and reaches dX, dW and db (which sums the rounded dZ) through the exact other operand
 ///   with `D_rc`; the outputs' roundings as [`half_slack`]'s, of the moved values.
+///
+/// For the plain options, as [`half_slack`]: with a logit scale s a logit would move by
+/// `s e_rc`, and the softcap and the z-loss add terms not modelled here.
 pub fn rounded_logits_slack(
     data: &crate::reference::HeadData,
     grad: f64,
