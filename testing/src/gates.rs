@@ -202,13 +202,25 @@ fn exact_row(
     r: usize,
     relu: bool,
 ) -> (Vec<f64>, Vec<f64>, f64, f64) {
+    row_with(data, r, relu, |p| p)
+}
+
+/// [`exact_row`] with each product `P = X W^T` passed through `logit` before the bias is
+/// added (a rounding, for the tests' simulated steps).
+fn row_with(
+    data: &crate::reference::HeadData,
+    r: usize,
+    relu: bool,
+    logit: impl Fn(f64) -> f64,
+) -> (Vec<f64>, Vec<f64>, f64, f64) {
     let (i, c) = (data.inputs, data.classes);
     let z: Vec<f64> = (0..c)
         .map(|j| {
-            (0..i)
-                .map(|k| data.x[r * i + k] as f64 * data.weight[j * i + k] as f64)
-                .sum::<f64>()
-                + data.bias[j] as f64
+            logit(
+                (0..i)
+                    .map(|k| data.x[r * i + k] as f64 * data.weight[j * i + k] as f64)
+                    .sum::<f64>(),
+            ) + data.bias[j] as f64
         })
         .collect();
     let h: Vec<f64> = z
@@ -817,19 +829,7 @@ mod tests {
         let mut loss = 0.0;
         for row in 0..b {
             let x = &data.x[row * i..(row + 1) * i];
-            let z: Vec<f64> = (0..c)
-                .map(|j| {
-                    let w = &data.weight[j * i..(j + 1) * i];
-                    let p: f64 = x.iter().zip(w).map(|(&x, &w)| x as f64 * w as f64).sum();
-                    r(p) + data.bias[j] as f64
-                })
-                .collect();
-            let h: Vec<f64> = z
-                .iter()
-                .map(|&v| if relu { v.max(0.0) } else { v })
-                .collect();
-            let m = h.iter().cloned().fold(f64::MIN, f64::max);
-            let d: f64 = h.iter().map(|v| (v - m).exp()).sum();
+            let (z, h, m, d) = super::row_with(data, row, relu, r);
             let label = data.labels[row] as usize;
             loss += (d.ln() + m - h[label]) / b as f64;
             for j in 0..c {
