@@ -202,7 +202,7 @@ fn print_header(device_name: &str) {
         "\nDevice: {device_name}. Times in ms (median, p20/p80). `vs stock` = stock step median / this step median on the same backend (> 1: faster than stock)."
     );
     println!(
-        "Memory, in MiB beyond the inputs and the gradients (X, W, b, labels, dX, dW, db), as PyTorch's peak extra memory counts them: `live` = the most bytes CubeCL's pool had in use at the streamed path's fullest points (our rows at C > 32; every live allocation counted), `pool` = the bytes the pool holds after a step (its high-water mark, in whole pages), the pool's total in brackets. Our rows at C > 32 add the 32 MiB cuBLASLt workspace, allocated outside the pool, to both."
+        "Memory, in MiB beyond the inputs and the gradients (X, W, b, labels, dX, dW, db), as PyTorch's peak extra memory counts them: `live` = the most bytes CubeCL's pool had in use at our paths' fullest points (the streamed path's chunks at C > 32, the small-classes kernels at C <= 32 on CubeCL; every live allocation counted), `pool` = the bytes the pool holds after a step (its high-water mark, in whole pages), the pool's total in brackets. Our rows at C > 32 add the 32 MiB cuBLASLt workspace, allocated outside the pool, to both."
     );
     println!(
         "| shape | contender | first call | step | step p20/p80 | fwd | bwd | vs stock | live / pool extra MiB [pool] | floor | % of floor |"

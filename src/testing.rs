@@ -4,9 +4,10 @@
 
 /// Runs `f` and returns what it returned with the most bytes CubeCL's memory pool had in use
 /// (every live allocation on the calling thread's stream: inputs, gradients and temporaries)
-/// at the streamed path's fullest points (each chunk, its buffers allocated), or 0 where that
-/// path did not run. Process-wide while `f` runs: callers in one process must not overlap.
-/// The queries cost a server round trip per chunk.
+/// at the fullest points of the CubeCL paths (the streamed path's chunks, their buffers
+/// allocated; the small-classes kernels at C <= 32, each with its outputs allocated), or 0
+/// where neither ran. Process-wide while `f` runs: callers in one process must not overlap.
+/// The queries cost a server round trip each.
 pub fn peak_memory<T>(f: impl FnOnce() -> T) -> (T, u64) {
     #[cfg(feature = "cube")]
     {

@@ -13,6 +13,8 @@
     python3 docs/bench/large_c.py timeline docs/bench/DATE.csv
     python3 docs/bench/large_c.py small docs/bench/DATE.csv
     python3 docs/bench/large_c.py memory docs/bench/DATE.csv
+    python3 docs/bench/large_c.py issue docs/bench/DATE.csv
+    python3 docs/bench/large_c.py chart docs/bench/DATE.csv docs/bench/DATE.svg
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== [HH:MM:SS] B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -65,6 +67,12 @@ its traced runs, each beside the mean wall of the plain runs of its shape and pr
 `memory` the same runs with their extra MiB, beside every peer of the same shape and
 precision with theirs (the lean mode and rounded logits beside their inputs' precision:
 precision `bf16-lean`, `bf16-rounded`, `bf16-lean-rounded`).
+
+`issue` prints issue 30's table from one lease's CSV: each of its rows (and bf16's modes
+where the lease ran them), ours with every round and its extra MiB, the best peer of the
+inputs' precision with theirs, the ratio on the rounds' mean, the target and whether that
+mean meets it. `chart` draws the same rows as an SVG: ours and the best peer as fractions of
+the target.
 """
 import csv
 import os
@@ -521,6 +529,102 @@ def builds(path, names="bin-profile-old=0d9c4b8 (before),bin-profile-vec=vector 
         print(f"| {config} | " + " | ".join(cells) + f" | {last / first:.3f} |")
 
 
+# Issue 30's rows: (B, I, C, precision, activation of ours) and the issue's target (ms). bf16
+# with the identity at C >= 1000 (the model of Liger and CCE), with ReLU at C = 10; f32 and
+# TF32 with ReLU.
+ISSUE_ROWS = [
+    ("8192", "1024", "1000", "f32", "relu", 1.2),
+    ("8192", "1024", "1000", "tf32", "relu", 0.45),
+    ("8192", "1024", "1000", "bf16", "identity", 0.28),
+    ("8192", "4096", "32000", "f32", "relu", 125.0),
+    ("8192", "4096", "32000", "tf32", "relu", 18.0),
+    ("8192", "4096", "32000", "bf16", "identity", 9.5),
+    ("8192", "4096", "128256", "tf32", "relu", 80.0),
+    ("8192", "4096", "128256", "bf16", "identity", 36.0),
+    ("65536", "1024", "10", "bf16", "relu", 0.40),
+]
+# bf16's opt-in modes, shown under the bf16 rows at the same target.
+MODES = ("bf16-rounded", "bf16-lean", "bf16-lean-rounded")
+
+
+def issue_rows(path):
+    """From a lease CSV: per row of issue 30 (and bf16's modes where the lease ran them), ours'
+    `--phases` runs (every round), the best peer of the inputs' precision (either activation)
+    with its extra MiB, and the target."""
+    rows = list(csv.DictReader(open(path)))
+    peers = [r for r in rows if r.get("method", "peers_bench") == "peers_bench" and not r["contender"].startswith("ours")]
+    ours = [r for r in rows if r["contender"] == "ours" and r.get("method", "phases") == "phases" and r.get("options", "none") in ("none", "--rounded", "--lean", "--lean --rounded")]
+    out = []
+    for b, i, c, prec, act, target in ISSUE_ROWS:
+        for p in (prec,) + (MODES if prec == "bf16" and c != "10" else ()):
+            runs = [r for r in ours if (r["B"], r["I"], r["C"], r["precision"], r["activation"]) == (b, i, c, p, act)]
+            if not runs and p != prec:
+                continue
+            here = [r for r in peers if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, prec) and r["step_ms"]]
+            best = min(here, key=lambda r: float(r["step_ms"]), default=None)
+            out.append({"shape": (b, i, c), "precision": p, "activation": act, "target": target, "runs": runs, "best": best})
+    return out
+
+
+def step_of(runs):
+    """The rounds' median synced steps, and their mean (None without a run)."""
+    steps = [float(r["step_ms"]) for r in runs if not r["step_ms"].startswith("failed")]
+    return steps, (sum(steps) / len(steps) if steps else None)
+
+
+def issue(path):
+    """Issue 30's table from one lease's CSV: every row, ours (each round, one sync) with its
+    extra MiB, the best peer of the same lease with theirs, ours / peer on the rounds' mean,
+    the target and whether the rounds' mean meets it."""
+    print("| B, I, C | precision | ours, ms | ours' extra MiB | best peer, same lease (ms, extra MiB) | ours / peer | target | met |")
+    print("|---|---|---:|---:|---|---:|---:|---|")
+    for row in issue_rows(path):
+        b, i, c = row["shape"]
+        steps, mean = step_of(row["runs"])
+        label = precision_label(row["precision"]) + (", identity" if row["activation"] == "identity" else ", ReLU")
+        ours = " / ".join(f"{v:.3f}" for v in steps) or "not run"
+        extra = " / ".join(dict.fromkeys(r["extra_mib"] for r in row["runs"])) or "-"
+        best = row["best"]
+        peer = (f"{PEER_NAMES.get(best['contender'], best['contender'])} ({'ReLU' if best['activation'] == 'relu' else 'identity'}) "
+                f"{float(best['step_ms']):.3f}, {best['extra_mib']}") if best else "not run"
+        ratio = f"{mean / float(best['step_ms']):.2f}" if best and mean else "n/a"
+        met = "n/a" if mean is None else "yes" if mean <= row["target"] else "no"
+        print(f"| {b}, {i}, {c} | {label} | {ours} | {extra} | {peer} | {ratio} | {row['target']} | {met} |")
+
+
+def chart(path, out_svg):
+    """Issue 30's rows from one lease's CSV as an SVG bar chart (no third-party package): per
+    row, ours (the rounds' mean) and the best peer of the same lease, each as a fraction of the
+    issue's target (1 = the target, the dashed line; shorter is faster)."""
+    data = [r for r in issue_rows(path) if r["runs"]]
+    width, left, bar, gap, scale = 900, 330, 11, 12, 280.0
+    height = 60 + len(data) * (2 * bar + gap) + 40
+    top = 50
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+           f'<text x="10" y="20" font-size="14">Issue 30\'s rows: step time / target (shorter is faster), {os.path.basename(path)}</text>',
+           f'<rect x="{left}" y="30" width="12" height="10" fill="#1f77b4"/><text x="{left + 16}" y="39">ours</text>',
+           f'<rect x="{left + 70}" y="30" width="12" height="10" fill="#aaaaaa"/><text x="{left + 86}" y="39">best peer, same lease</text>']
+    limit = 2.0
+    for k, row in enumerate(data):
+        y = top + k * (2 * bar + gap)
+        b, i, c = row["shape"]
+        label = f"({b}, {i}, {c}) " + precision_label(row["precision"]) + (", identity" if row["activation"] == "identity" else ", ReLU")
+        svg.append(f'<text x="{left - 6}" y="{y + bar + 4}" text-anchor="end">{label}</text>')
+        _, mean = step_of(row["runs"])
+        for j, (value, colour) in enumerate(((mean, "#1f77b4"), (float(row["best"]["step_ms"]) if row["best"] else None, "#aaaaaa"))):
+            if value is None:
+                continue
+            frac = value / row["target"]
+            w = min(frac, limit) * scale
+            svg.append(f'<rect x="{left}" y="{y + j * bar}" width="{w:.1f}" height="{bar - 1}" fill="{colour}"/>')
+            svg.append(f'<text x="{left + w + 4:.1f}" y="{y + j * bar + bar - 2}" font-size="10">{value:.3g} ms ({frac:.2f})</text>')
+    x1 = left + scale
+    svg.append(f'<line x1="{x1}" y1="{top - 4}" x2="{x1}" y2="{height - 30}" stroke="black" stroke-dasharray="4 3"/>')
+    svg.append(f'<text x="{x1}" y="{height - 16}" text-anchor="middle">target</text>')
+    svg.append("</svg>")
+    open(out_svg, "w").write("\n".join(svg) + "\n")
+
+
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart}
     modes[sys.argv[1]](*sys.argv[2:])

@@ -14,7 +14,7 @@ date -u >> "$L/gpu.txt"; cat .gpu8/rev >> "$L/gpu.txt" 2>/dev/null
 S=$L/summary; P=$L/bin/bin-profile
 run() {
   echo "=== $(date +%H:%M:%S.%N) $*" >> "$L/profile.log"
-  timeout 90 "$P" "$@" 2>&1 | grep -E "medians|back to back|step\(s\)|timeline|memory|panicked|rror" >> "$L/profile.log"
+  timeout 90 "$P" "$@" 2>&1 | grep -E "medians|back to back|step\(s\)|^first step|timeline|memory|panicked|rror" >> "$L/profile.log"
   echo "--- $(date +%H:%M:%S.%N)" >> "$L/profile.log"
 }
 suite() {

@@ -23,6 +23,7 @@ use burn::tensor::{DType, Tensor, bf16, f16};
 
 use super::half::{Full, up};
 use super::launch::cast;
+use super::streamed::note_memory;
 use crate::backend::{HeadGradients, HeadWanted, KernelOptions, RowTerms, predictions_of};
 
 /// From this batch size on, the forward and logits run one unit per row ([`RowForward`]);
@@ -189,6 +190,7 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement, E: FloatElement>(
     let inputs4 = [&x, &weight, &bias, &labels];
     if let Some(rows) = RowForward::new(batch, inputs, classes, size_of::<E>()) {
         let loss = empty::<R>(&weight, [rows.cubes]); // the loss sums per cube
+        note_memory(&loss);
         let launch = by_label_type!(op, labels.dtype, launch_forward_rows::<R, F, E>);
         launch(inputs4, [&z, &dh, &loss], classes, &rows, relu);
         return (mean_of_parts::<R, F>(loss, batch), z, dh);
@@ -196,6 +198,7 @@ pub(super) fn forward<R: CubeRuntime, F: FloatElement, E: FloatElement>(
     let planes = PlaneForward::new(batch, inputs, classes);
     // The loss sums per cube [cubes], or with one cube the mean itself [1].
     let loss = empty::<R>(&weight, [planes.cubes]);
+    note_memory(&loss);
     let launch = by_label_type!(op, labels.dtype, launch_forward_planes::<R, F, E>);
     launch(inputs4, [&z, &dh, &loss], classes, &planes, relu);
     let loss = if planes.mean {
@@ -407,6 +410,7 @@ pub(super) fn backward<
     let dx = empty::<R>(&x, if wanted.x { [batch, inputs] } else { [1, 1] });
     let dw_part = empty::<R>(&weight, [chunks, classes, inputs]); // [P, C, I]
     let db_part = empty::<R>(&weight, [chunks, classes]); // [P, C]
+    note_memory(&db_part);
     if chunks > 0 {
         // SAFETY: every access of the kernel is guarded (see its docs); the tensors are
         // contiguous with the shapes it reads them by, and N divides I.
@@ -444,6 +448,7 @@ pub(super) fn backward<
             wanted.bias.then(|| partial_sum::<R, F>(db_part, [classes])),
         )
     };
+    note_memory(&dx);
     HeadGradients {
         x: wanted.x.then_some(dx),
         weight,
@@ -517,11 +522,15 @@ pub(super) fn half_backward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: 
     let dtype = x.dtype;
     let (_, step_backward) = half_kernels::<R, I, BT>(op, dtype);
     let g = step_backward(x, up(weight), z, dh, up(grad_loss), wanted, relu);
-    HeadGradients {
+    let gradients = HeadGradients {
         x: g.x,
         weight: g.weight.map(|t| cast(t, dtype)),
         bias: g.bias.map(|t| cast(t, dtype)),
+    };
+    if let Some(dw) = &gradients.weight {
+        note_memory(dw);
     }
+    gradients
 }
 
 /// The training step at C <= 32 on bf16 or f16 inputs where [`half_native`]:

@@ -6,7 +6,8 @@
 //!   one by one on any backend (on `NdArray<f64>`, the independent reference), and the bounds
 //!   of the other precisions, derived from their formats.
 //! - [`vulkan`]: a clear error where no Vulkan driver is installed.
-//! - [`peak_memory`]: the streamed path's peak memory (the crate's `testing` feature).
+//! - [`peak_memory`]: the peak memory of our CubeCL paths, streamed and small-classes (the
+//!   crate's `testing` feature).
 
 pub mod gates;
 pub mod reference;

@@ -91,8 +91,9 @@ const LARGE_CHUNK_ELEMENTS: usize = 128 << 20;
 /// rows by 128. Tuning, never swept.
 const ROW_MULTIPLE: usize = 128;
 
-/// The streamed path's peak memory, for the benchmark and the memory tests: built with the
-/// `testing` feature only, so that no production build has a process-wide hook.
+/// The peak memory of the streamed path and the small-classes kernels, for the benchmark and
+/// the memory tests: built with the `testing` feature only, so that no production build has a
+/// process-wide hook.
 #[cfg(feature = "testing")]
 pub(crate) mod peak {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -198,9 +199,10 @@ pub(crate) mod routes {
     };
 }
 
-/// Where the path holds the most (each chunk with its buffers allocated): the peak memory's
-/// measure with the `testing` feature, nothing without.
-fn note_memory<R: CubeRuntime>(like: &CubeTensor<R>) {
+/// Where the path holds the most (each chunk with its buffers allocated; on the small-classes
+/// path, each kernel's outputs allocated): the peak memory's measure with the `testing`
+/// feature, nothing without.
+pub(super) fn note_memory<R: CubeRuntime>(like: &CubeTensor<R>) {
     #[cfg(feature = "testing")]
     peak::note(like);
     #[cfg(not(feature = "testing"))]

@@ -22,9 +22,11 @@
 //! one GPU timeline (`burn_fused_head::testing::host_ordered`): the two routes side by side.
 //! `--dw-as-stored` computes TF32 dW from X as stored, not from its transposed chunk
 //! (`burn_fused_head::testing::dw_from_x_as_stored`): the two layouts side by side.
-//! `--memory` prints the streamed path's peak bytes in use over one step and what it holds
-//! beyond the inputs and the gradients (`burn_fused_head::testing::peak_memory`), or that
-//! none was recorded where the streamed path did not run (C <= 32, wgpu).
+//! `--memory` prints the peak bytes in use over one step at the fullest points of our CubeCL
+//! paths (the streamed path's chunks, the small-classes kernels) and what that holds beyond
+//! the inputs and the gradients (`burn_fused_head::testing::peak_memory`), or that none was
+//! recorded where neither ran. Every run prints its first step's time (the process's first:
+//! its kernels compiled, cuBLASLt loaded; the inputs already on the device).
 //! `--timeline` times `steps` more steps on one GPU timeline with CUDA events
 //! (`burn_fused_head::testing::timeline`): where the wall time goes between the host and the
 //! stream, and each kind of operation's GPU time under sustained load.
@@ -167,17 +169,28 @@ fn steps<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
     let data = HeadData::random(1, batch, inputs, classes);
     let (x, w, b, labels) = data.tensors::<B>(device, float_dtype::<B>());
     let (x, w, b) = (x.require_grad(), w.require_grad(), b.require_grad());
+    // The inputs on the device: the CUDA context exists before the first step is timed.
+    B::sync(device).unwrap();
+    let mut first = None;
     for _ in 0..steps {
+        let start = Instant::now();
         let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
         let grads = loss.backward();
         let kept = (x.grad(&grads), w.grad(&grads), b.grad(&grads));
         B::sync(device).unwrap();
+        first.get_or_insert(start.elapsed());
         drop(kept);
     }
     println!(
         "B = {batch}, I = {inputs}, C = {classes}, {:?}: {steps} step(s) done",
         float_dtype::<B>()
     );
+    if let Some(first) = first {
+        println!(
+            "first step of the process (its kernels compiled, inputs on the device): {:.1} ms",
+            first.as_secs_f64() * 1e3
+        );
+    }
     if flag("--memory") {
         let ((), peak) = burn_fused_head::testing::peak_memory(|| {
             let loss = head(x.clone(), w.clone(), b.clone(), labels.clone());
@@ -187,8 +200,8 @@ fn steps<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
             drop(kept);
         });
         if peak == 0 {
-            // `peak_memory` reads the streamed path's fullest points only.
-            println!("memory: not recorded (the streamed path did not run)");
+            // `peak_memory` reads our CubeCL paths' fullest points only.
+            println!("memory: not recorded (no streamed or small-classes kernel ran)");
         } else {
             // X, W, b and their gradients in the float dtype, and the labels.
             let floats = (batch * inputs + classes * inputs + classes) * float_dtype::<B>().size();
