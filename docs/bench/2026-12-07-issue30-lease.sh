@@ -54,14 +54,14 @@ pkill -f "nvidia-smi --query-gpu=timestamp"
 timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/test-half_precision" bf16_rounded > "$L/memcheck.log" 2>&1
 echo "memcheck half_precision bf16_rounded rc=$? $(grep -E 'ERROR SUMMARY|^test result' "$L/memcheck.log" | tr '\n' ' ')" >> "$S"
 suite half_precision 300; suite streamed 200; suite determinism 200; suite logit_terms 200
-suite parity 300; suite edge_cases 300
+suite parity 300
 echo "suites done $(date -u +%T)" >> "$S"
 s0=$(date +%s)
 FUSED_HEAD_FUZZ_CASES=20000 FUSED_HEAD_FUZZ_SECONDS=150 FUSED_HEAD_FUZZ_LARGE=1 timeout 240 "$B/test-fuzz" cuda_fusion --nocapture --test-threads=1 > "$L/fuzz.log" 2>&1
 echo "fuzz rc=$? $(($(date +%s)-s0))s $(grep -E 'cases|^test result' "$L/fuzz.log" | tail -2 | tr '\n' ' ')" >> "$S"
 # The default's bits: this build against the build of fb71f28 (before rounded logits).
 for f in fingerprint fingerprint-old; do
-  timeout 240 "$B/bin-$f" > "$L/$f.txt" 2> "$L/$f.err"
+  timeout 120 "$B/bin-$f" > "$L/$f.txt" 2> "$L/$f.err"
   echo "$f rc=$? $(wc -l < "$L/$f.txt") lines" >> "$S"
 done
 echo "fingerprint diff: $(diff "$L/fingerprint-old.txt" "$L/fingerprint.txt" | grep -c '^[<>]') lines differ" >> "$S"
