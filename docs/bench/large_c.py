@@ -15,6 +15,7 @@
     python3 docs/bench/large_c.py memory docs/bench/DATE.csv
     python3 docs/bench/large_c.py issue docs/bench/DATE.csv
     python3 docs/bench/large_c.py chart docs/bench/DATE.csv docs/bench/DATE.svg
+    python3 docs/bench/large_c.py profile docs/bench/DATE-profile.log
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== [HH:MM:SS] B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -72,7 +73,8 @@ precision `bf16-lean`, `bf16-rounded`, `bf16-lean-rounded`).
 where the lease ran them), ours with every round and its extra MiB, the best peer of the
 inputs' precision with theirs, the ratio on the rounds' mean, the target and whether that
 mean meets it. `chart` draws the same rows as an SVG: ours and the best peer as fractions of
-the target.
+the target. `profile` prints DESIGN.md's table of where the step's time goes from a
+profile log's traced runs, beside the same configurations' untraced steps.
 """
 import csv
 import os
@@ -589,7 +591,7 @@ def issue(path):
                 f"{float(best['step_ms']):.3f}, {best['extra_mib']}") if best else "not run"
         ratio = f"{mean / float(best['step_ms']):.2f}" if best and mean else "n/a"
         met = "n/a" if mean is None else "yes" if mean <= row["target"] else "no"
-        print(f"| {b}, {i}, {c} | {label} | {ours} | {extra} | {peer} | {ratio} | {row['target']} | {met} |")
+        print(f"| {b}, {i}, {c} | {label} | {ours} | {extra} | {peer} | {ratio} | {row['target']:g} | {met} |")
 
 
 def chart(path, out_svg):
@@ -625,6 +627,42 @@ def chart(path, out_svg):
     open(out_svg, "w").write("\n".join(svg) + "\n")
 
 
+def profile(path):
+    """DESIGN.md's profile table from a lease's profile log: per traced run (`--timeline`), the
+    untraced step of the same configuration's `--phases` runs (their mean, one sync), the
+    traced wall, the stream, each kind of operation's GPU time, the wall less the stream
+    ("outside") and the host's queueing, medians in ms."""
+    runs = log_runs(path)
+    untraced = {}
+    for words, run in runs:
+        flags = words[3:]
+        if "--phases" in flags and "step" in run and not any(f in flags for f in ("--lean", "--chunk", "--z-loss", "--softcap", "--logit-scale", "--token-stats")):
+            key = (tuple(words[:3]), precision(flags), activation(flags))
+            untraced.setdefault(key, []).append(run["step"])
+    ops = ("logits", "dX", "dW", "db", "rows", "transpose")
+    print("| B, I, C, precision | step, untraced | wall, traced | stream | logits | dX | dW | db | row kernel | TF32 copy of X | outside | queueing (host) |")
+    print("|---|" + "---:|" * 11)
+    current = None
+    for line in open(path):
+        if line.startswith("=== "):
+            words = header_words(line)
+            current = words if "--timeline" in words else None
+            medians, by_op = {}, {}
+        elif current and line.startswith("timeline medians"):
+            medians = dict((k, float(v)) for k, v in re.findall(r"(queueing|wall|stream|wall less stream) ([\d.]+)", line))
+        elif current and line.startswith("timeline stream by operation"):
+            by_op = dict((k, float(v)) for k, v in re.findall(r"(\w+) ([\d.]+)", line.split(":", 1)[1]))
+            flags = current[3:]
+            key = (tuple(current[:3]), precision(flags), activation(flags))
+            steps = untraced.get(key)
+            step = f"{sum(steps) / len(steps):.2f}" if steps else "-"
+            cell = lambda k: f"{by_op[k]:.2f}" if k in by_op else "-"
+            label = f"{', '.join(current[:3])}, {precision_label(precision(flags))}"
+            print(f"| {label} | {step} | {medians['wall']:.2f} | {medians['stream']:.2f} | "
+                  + " | ".join(cell(k) for k in ops)
+                  + f" | {medians['wall less stream']:.2f} | {medians['queueing']:.2f} |")
+
+
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile}
     modes[sys.argv[1]](*sys.argv[2:])
