@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Lease L (2026-12-07): every row of issue 30's table from one lease, ours and the peers side by
 # side, with the memory of every row (the small-classes path's since this build), the first
-# step of each process, the traced timeline of each row that misses its target, then the
-# suites, memcheck, the long fuzz and the fingerprint of the default's bits against the build
-# before rounded logits.
+# step of each process, the traced timeline of each row that misses its target, then memcheck,
+# the long fuzz, the suites, a second round of ours, and the fingerprint of the default's bits
+# against the build before rounded logits (in that order, the most wanted first: the device
+# budget left after failed starts may not reach the end).
 # Started as `setsid bash docs/bench/2026-12-07-issue30-lease.sh &` from the repo root, each
 # later call copying /tmp/leaseL to $OUT until `^all done`.
 L=/tmp/leaseL
@@ -16,8 +17,9 @@ done
 # docs/bench/power.py's samples through the lease.
 setsid -f nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active --format=csv -lms 50 > "$L/smi.csv" 2>&1 < /dev/null
 # Ours: issue 30's rows (f32 and TF32 with ReLU, bf16 with the identity at C >= 1000 and with
-# ReLU at C = 10), two rounds, the modes of bf16 at the LM shapes, the small-C pairs of item 6.
-for round in 1 2; do
+# ReLU at C = 10), the modes of bf16 at the LM shapes, the small-C pairs of item 6; a second
+# round at the end if the lease lasts.
+ours() {
   run 8192 1024 1000 20 --fusion --phases --memory
   run 8192 1024 1000 --tf32 20 --fusion --phases --memory
   run 8192 1024 1000 --bf16 --identity 20 --fusion --phases --memory
@@ -31,14 +33,15 @@ for round in 1 2; do
     run 8192 4096 $c --bf16 --identity 20 --fusion --phases --memory
     run 8192 4096 $c --bf16 --identity 20 --fusion --phases --memory --rounded
     run 8192 4096 $c --bf16 --identity 20 --fusion --phases --memory --lean --rounded
-    [ $round = 1 ] && run 8192 4096 $c --bf16 --identity 20 --fusion --phases --memory --lean
+    [ "$1" = 1 ] && run 8192 4096 $c --bf16 --identity 20 --fusion --phases --memory --lean
   done
-  [ $round = 1 ] && run 8192 4096 32000 20 --fusion --phases --memory
-  echo "ours round $round done $(date -u +%T)" >> "$S"
-  [ $round = 1 ] && wait  # the wheels
-  [ $round = 1 ] && peers --shape 8192,1024,1000 --shape 65536,1024,10 --shape 8192,4096,32000 --shape 8192,4096,128256
-  [ $round = 1 ] && echo "peers done $(date -u +%T)" >> "$S"
-done
+  [ "$1" = 1 ] && run 8192 4096 32000 20 --fusion --phases --memory
+  echo "ours round $1 done $(date -u +%T)" >> "$S"
+}
+ours 1
+wait  # the wheels
+peers --shape 8192,1024,1000 --shape 65536,1024,10 --shape 8192,4096,32000 --shape 8192,4096,128256
+echo "peers done $(date -u +%T)" >> "$S"
 # The profile of each row that misses its target: one traced run each.
 run 8192 1024 1000 20 --fusion --timeline
 run 8192 1024 1000 --tf32 20 --fusion --timeline
@@ -53,12 +56,14 @@ echo "timelines done $(date -u +%T)" >> "$S"
 pkill -f "nvidia-smi --query-gpu=timestamp"
 timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/test-half_precision" bf16_rounded > "$L/memcheck.log" 2>&1
 echo "memcheck half_precision bf16_rounded rc=$? $(grep -E 'ERROR SUMMARY|^test result' "$L/memcheck.log" | tr '\n' ' ')" >> "$S"
-suite half_precision 300; suite streamed 200; suite determinism 200; suite logit_terms 200
-suite parity 300
-echo "suites done $(date -u +%T)" >> "$S"
 s0=$(date +%s)
 FUSED_HEAD_FUZZ_CASES=20000 FUSED_HEAD_FUZZ_SECONDS=150 FUSED_HEAD_FUZZ_LARGE=1 timeout 240 "$B/test-fuzz" cuda_fusion --nocapture --test-threads=1 > "$L/fuzz.log" 2>&1
 echo "fuzz rc=$? $(($(date +%s)-s0))s $(grep -E 'cases|^test result' "$L/fuzz.log" | tail -2 | tr '\n' ' ')" >> "$S"
+suite half_precision 300; suite determinism 200; suite streamed 200; suite logit_terms 200
+suite parity 300
+echo "suites done $(date -u +%T)" >> "$S"
+ours 2
+suite edge_cases 300
 # The default's bits: this build against the build of fb71f28 (before rounded logits).
 for f in fingerprint fingerprint-old; do
   timeout 120 "$B/bin-$f" > "$L/$f.txt" 2> "$L/$f.err"
