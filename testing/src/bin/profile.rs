@@ -26,7 +26,7 @@
 //! paths (the streamed path's chunks, the small-classes kernels) and what that holds beyond
 //! the inputs and the gradients (`burn_fused_head::testing::peak_memory`), or that none was
 //! recorded where neither ran. Every run prints its first step's time (the process's first:
-//! its kernels compiled, cuBLASLt loaded; the inputs already on the device).
+//! its kernels compiled, cuBLASLt loaded where it runs; the inputs already on the device).
 //! `--timeline` times `steps` more steps on one GPU timeline with CUDA events
 //! (`burn_fused_head::testing::timeline`): where the wall time goes between the host and the
 //! stream, and each kind of operation's GPU time under sustained load.
