@@ -181,6 +181,13 @@ def write_csv(lease):
             out.writerow({k: row[k] for k in COLUMNS})
 
 
+def best_peer(rows, shape, prec):
+    """The fastest peer's row (any activation) at `shape` (B, I, C) in precision `prec`, or None."""
+    peers = [r for r in rows if (r["B"], r["I"], r["C"], r["precision"]) == (*shape, prec)
+             and not r["contender"].startswith("ours") and r["step_ms"]]
+    return min(peers, key=lambda r: float(r["step_ms"]), default=None)
+
+
 def table(path):
     rows = list(csv.DictReader(open(path)))
     keys = dict.fromkeys((r["B"], r["I"], r["C"], r["precision"]) for r in rows if r["contender"] == "ours")
@@ -190,15 +197,7 @@ def table(path):
         same = [r for r in rows if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, precision)]
         ours = next(r for r in same if r["contender"] == "ours")
         # The modes beside the peers of their inputs' precision (theirs have no such modes).
-        base = base_precision(precision)
-        peers = [
-            r
-            for r in rows
-            if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, base)
-            and not r["contender"].startswith("ours")
-            and r["step_ms"]
-        ]
-        best = min(peers, key=lambda r: float(r["step_ms"]), default=None)
+        best = best_peer(rows, (b, i, c), base_precision(precision))
         mine = float(ours["step_ms"])
         peer = (
             f"{best['contender']} ({best['activation']}) {float(best['step_ms']):.3f}"
@@ -293,10 +292,14 @@ def log_runs(path):
             extra = re.search(r"beyond inputs and gradients (-?[\d.]+) MiB", line)
             runs[-1][1]["extra"] = extra[1] if extra else "not recorded"
         elif line.startswith("timeline medians"):
-            for key in ("wall", "stream", "after"):
-                runs[-1][1][key] = float(re.search(key + r" ([\d.]+)", line)[1])
+            for key in ("wall", "stream", "after", "queueing", "wall less stream"):
+                found = re.search(key + r" ([\d.]+)", line)
+                if found:
+                    runs[-1][1][key] = float(found[1])
         elif line.startswith("timeline stream by operation"):
-            runs[-1][1]["rows"] = float(re.search(r"rows ([\d.]+)", line)[1])
+            ops = dict((k, float(v)) for k, v in re.findall(r"(\w+) ([\d.]+)", line.split(":", 1)[1]))
+            runs[-1][1]["rows"] = ops["rows"]
+            runs[-1][1]["ops"] = ops
         elif re.search(r"panicked|rror", line) and "error" not in runs[-1][1]:
             runs[-1][1]["error"] = line.strip()
     return runs
@@ -554,7 +557,6 @@ def issue_rows(path):
     `--phases` runs (every round), the best peer of the inputs' precision (either activation)
     with its extra MiB, and the target."""
     rows = list(csv.DictReader(open(path)))
-    peers = [r for r in rows if r.get("method", "peers_bench") == "peers_bench" and not r["contender"].startswith("ours")]
     ours = [r for r in rows if r["contender"] == "ours" and r.get("method", "phases") == "phases" and r.get("options", "none") in ("none", "--rounded", "--lean", "--lean --rounded")]
     out = []
     for b, i, c, prec, act, target in ISSUE_ROWS:
@@ -562,8 +564,7 @@ def issue_rows(path):
             runs = [r for r in ours if (r["B"], r["I"], r["C"], r["precision"], r["activation"]) == (b, i, c, p, act)]
             if not runs and p != prec:
                 continue
-            here = [r for r in peers if (r["B"], r["I"], r["C"], r["precision"]) == (b, i, c, prec) and r["step_ms"]]
-            best = min(here, key=lambda r: float(r["step_ms"]), default=None)
+            best = best_peer(rows, (b, i, c), prec)
             out.append({"shape": (b, i, c), "precision": p, "activation": act, "target": target, "runs": runs, "best": best})
     return out
 
@@ -633,35 +634,25 @@ def profile(path):
     traced wall, the stream, each kind of operation's GPU time, the wall less the stream
     ("outside") and the host's queueing, medians in ms."""
     runs = log_runs(path)
+    key = lambda words: (tuple(words[:3]), precision(words[3:]), activation(words[3:]))
     untraced = {}
     for words, run in runs:
-        flags = words[3:]
-        if "--phases" in flags and "step" in run and not any(f in flags for f in ("--lean", "--chunk", "--z-loss", "--softcap", "--logit-scale", "--token-stats")):
-            key = (tuple(words[:3]), precision(flags), activation(flags))
-            untraced.setdefault(key, []).append(run["step"])
+        # Plain runs: no option but the modes the precision names (`--lean`, `--rounded`).
+        if "--phases" in words and "step" in run and set(options(words[3:]).split()) <= {"none", "--lean", "--rounded"}:
+            untraced.setdefault(key(words), []).append(run["step"])
     ops = ("logits", "dX", "dW", "db", "rows", "transpose")
     print("| B, I, C, precision | step, untraced | wall, traced | stream | logits | dX | dW | db | row kernel | TF32 copy of X | outside | queueing (host) |")
     print("|---|" + "---:|" * 11)
-    current = None
-    for line in open(path):
-        if line.startswith("=== "):
-            words = header_words(line)
-            current = words if "--timeline" in words else None
-            medians, by_op = {}, {}
-        elif current and line.startswith("timeline medians"):
-            medians = dict((k, float(v)) for k, v in re.findall(r"(queueing|wall|stream|wall less stream) ([\d.]+)", line))
-        elif current and line.startswith("timeline stream by operation"):
-            by_op = dict((k, float(v)) for k, v in re.findall(r"(\w+) ([\d.]+)", line.split(":", 1)[1]))
-            flags = current[3:]
-            key = (tuple(current[:3]), precision(flags), activation(flags))
-            steps = untraced.get(key)
-            step = f"{sum(steps) / len(steps):.2f}" if steps else "-"
-            cell = lambda k: f"{by_op[k]:.2f}" if k in by_op else "-"
-            label = f"{', '.join(current[:3])}, {precision_label(precision(flags))}"
-            print(f"| {label} | {step} | {medians['wall']:.2f} | {medians['stream']:.2f} | "
-                  + " | ".join(cell(k) for k in ops)
-                  + f" | {medians['wall less stream']:.2f} | {medians['queueing']:.2f} |")
-
+    for words, run in runs:
+        if "--timeline" not in words or "ops" not in run:
+            continue
+        steps = untraced.get(key(words))
+        step = f"{sum(steps) / len(steps):.2f}" if steps else "-"
+        cell = lambda k: f"{run['ops'][k]:.2f}" if k in run["ops"] else "-"
+        label = f"{', '.join(words[:3])}, {precision_label(precision(words[3:]))}"
+        print(f"| {label} | {step} | {run['wall']:.2f} | {run['stream']:.2f} | "
+              + " | ".join(cell(k) for k in ops)
+              + f" | {run['wall less stream']:.2f} | {run['queueing']:.2f} |")
 
 if __name__ == "__main__":
     modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile}
