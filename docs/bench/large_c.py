@@ -16,6 +16,7 @@
     python3 docs/bench/large_c.py issue docs/bench/DATE.csv
     python3 docs/bench/large_c.py chart docs/bench/DATE.csv docs/bench/DATE.svg
     python3 docs/bench/large_c.py profile docs/bench/DATE-profile.log
+    python3 docs/bench/large_c.py compare docs/bench/EARLIER.csv docs/bench/LATER.csv
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== [HH:MM:SS] B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -74,11 +75,15 @@ where the lease ran them), ours with every round and its extra MiB, the best pee
 inputs' precision with theirs, the ratio on the rounds' mean, the target and whether that
 mean meets it. `chart` draws the same rows as an SVG: ours and the best peer as fractions of
 the target. `profile` prints DESIGN.md's table of where the step's time goes from a
-profile log's traced runs, beside the same configurations' untraced steps.
+profile log's traced runs, beside the same configurations' untraced steps. `compare` sets
+two leases' CSVs side by side: every configuration both ran (ours' first `--phases` round,
+the peers' rows), its step in each and the later's ratio to the earlier, then the ratios'
+range for ours and the peers' median and range, at the LM shapes (C >= 32000) and below.
 """
 import csv
 import os
 import re
+import statistics
 import sys
 
 COLUMNS = ["B", "I", "C", "contender", "precision", "activation", "step_ms", "extra_mib"]
@@ -654,6 +659,33 @@ def profile(path):
               + " | ".join(cell(k) for k in ops)
               + f" | {run['wall less stream']:.2f} | {run['queueing']:.2f} |")
 
+def compare(earlier, later):
+    """Two leases' CSVs side by side (the module's doc, `compare`)."""
+    def steps(path):
+        out = {}
+        for r in csv.DictReader(open(path)):
+            ours = r["contender"] == "ours" and r["method"] == "phases" and r["round"] == "1"
+            if (ours or r["method"] == "peers_bench") and r["step_ms"] and not r["step_ms"].startswith("failed"):
+                key = (r["B"], r["I"], r["C"], r["contender"], r["precision"], r["activation"], r["options"])
+                out.setdefault(key, float(r["step_ms"]))
+        return out
+    a, b = steps(earlier), steps(later)
+    print("| B, I, C | contender | precision | activation | options | earlier | later | later / earlier |")
+    print("|---|---|---|---|---|---:|---:|---:|")
+    ratios = {}
+    for key in (k for k in b if k in a):
+        ratio = b[key] / a[key]
+        group = ("ours" if key[3] == "ours" else "peers", int(key[2]) >= 32000)
+        ratios.setdefault(group, []).append(ratio)
+        print(f"| {', '.join(key[:3])} | {key[3]} | {key[4]} | {key[5]} | {key[6]} | {a[key]:.3f} | {b[key]:.3f} | {ratio:.3f} |")
+    for (who, large), rs in sorted(ratios.items()):
+        print(f"{who}, C {'>=' if large else '<'} 32000: {len(rs)} rows, later / earlier {min(rs):.3f}"
+              f" to {max(rs):.3f}, median {statistics.median(rs):.3f}")
+    peers = [r for (who, _), rs in ratios.items() if who == "peers" for r in rs]
+    if peers:
+        print(f"peers, every shape: {len(peers)} rows, median {statistics.median(peers):.3f}")
+
+
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile, "compare": compare}
     modes[sys.argv[1]](*sys.argv[2:])
