@@ -135,6 +135,26 @@ pub fn lean_chunk_rows(
     }
 }
 
+/// Runs `f` with the streamed path's dW products (every chunk's, every precision) on
+/// cuBLASLt's heuristic answer `index` (0 is the first, the default; the last where the
+/// heuristic gives fewer), for the benchmark's survey of dW's algorithms beside
+/// [`gemm_sweep`]. Process-wide while `f` runs. Nothing changes where cuBLASLt does not run.
+pub fn with_dw_answer<T>(index: usize, f: impl FnOnce() -> T) -> T {
+    #[cfg(feature = "cuda")]
+    {
+        use crate::cube::cublaslt::DW_ANSWER;
+        use std::sync::atomic::Ordering;
+        DW_ANSWER.store(index, Ordering::SeqCst);
+        let _off = OnDrop(|| DW_ANSWER.store(usize::MAX, Ordering::SeqCst));
+        f()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = index;
+        f()
+    }
+}
+
 /// Runs `f` with the streamed path's TF32 dW computed from X as stored (both operands
 /// MN-major) in place of X's transposed chunk, for the benchmark's comparison of the two
 /// layouts. Process-wide while `f` runs. Nothing changes where cuBLASLt does not run.
@@ -226,5 +246,27 @@ pub fn timeline<T>(f: impl FnOnce() -> T) -> (T, Vec<Timeline>) {
     #[cfg(not(feature = "cuda"))]
     {
         (f(), Vec::new())
+    }
+}
+
+/// cuBLASLt's heuristic answers for the streamed path's products at one chunk of `rows` rows
+/// (I = `inputs`, C = `classes`), up to `count` per product, each timed over `reps` runs on
+/// synthetic inputs: one line per answer (see the `gemm_sweep` tool). Empty without CUDA or
+/// cuBLASLt.
+pub fn gemm_sweep(
+    rows: usize,
+    inputs: usize,
+    classes: usize,
+    count: usize,
+    reps: usize,
+) -> Vec<String> {
+    #[cfg(feature = "cuda")]
+    {
+        crate::cube::cublaslt::sweep::survey(rows, inputs, classes, count, reps)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (rows, inputs, classes, count, reps);
+        Vec::new()
     }
 }

@@ -8,8 +8,10 @@
 //! where that kernel cannot be loaded, it orders the two streams from the host, two waits per
 //! chunk of rows.
 //!
-//! Determinism: one algorithm per problem (cuBLASLt's first heuristic answer for the shape and
-//! the operands' alignments, kept for the process), one stream and one workspace per device; cuBLASLt's algorithms
+//! Determinism: one algorithm per problem (picked from cuBLASLt's heuristic answers for the
+//! shape and the operands' alignments by a rule of the problem alone, [`Pick`]: the first
+//! answer, or for TF32 dW the first with 256 x 128 tiles; kept for the process), one stream
+//! and one workspace per device; cuBLASLt's algorithms
 //! reduce split K through the workspace or in place in a fixed order, never with atomics
 //! unless asked for. So the same inputs give the same bits, call after call, at the same
 //! pointer alignments (CubeCL's allocations are aligned alike; an offset view may not be).
@@ -187,8 +189,9 @@ pub(super) struct Engine {
     stream: Arc<CudaStream>,
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
-    /// Keyed by the product and the alignments of A, B and D (see [`Alignments`]).
-    algorithms: HashMap<(Gemm, Alignments), sys::cublasLtMatmulAlgo_t>,
+    /// Keyed by the product, the alignments of A, B and D (see [`Alignments`]) and how its
+    /// algorithm is picked from the heuristic's answers ([`Pick`]).
+    algorithms: HashMap<(Gemm, Alignments, Pick), sys::cublasLtMatmulAlgo_t>,
     /// The `testing` feature's timeline marks ([`Engine::mark`]) since the last
     /// [`Engine::take_marks`].
     #[cfg(feature = "testing")]
@@ -200,6 +203,54 @@ pub(super) struct Engine {
 /// by default it assumes 256-byte aligned pointers and may answer with an algorithm that reads
 /// vectors a less aligned chunk offset would break.
 type Alignments = [u32; 3];
+
+/// With the `testing` feature, the heuristic answer that dW's products take
+/// ([`crate::testing::with_dw_answer`]); `usize::MAX` for the path's own [`Pick`].
+#[cfg(feature = "testing")]
+pub(crate) static DW_ANSWER: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// How a product's algorithm is picked from cuBLASLt's heuristic answers: a rule of the
+/// product alone, so the same product gets the same algorithm in every process (on one
+/// toolkit and GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Pick {
+    /// The first answer.
+    First,
+    /// The first answer with 256 x 128 tiles among the first [`WIDE_TILE_ANSWERS`], else the
+    /// first answer: TF32 dW from the transposed X chunk. Measured on an H100 (2026-12-07,
+    /// lease N, `gemm_sweep`): at chunks of 1024 rows (C = 128256) the heuristic answers
+    /// 128 x 128 tiles first, 4.12 ms a chunk against 3.47 to 3.52 for its 256 x 128 answers
+    /// (the whole TF32 step 86.1 to 86.7 ms against 82.2 to 83.6); at 2048 rows (C = 32000)
+    /// its first answer already has them.
+    WideTile,
+    /// Answer k (the last where it gives fewer): [`crate::testing::with_dw_answer`].
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    Answer(usize),
+}
+
+/// Heuristic answers asked for under [`Pick::WideTile`]. Tuning: the H100's list for TF32 dW
+/// at 1024 rows had its first 256 x 128 answer second.
+const WIDE_TILE_ANSWERS: usize = 8;
+
+/// The [`Pick`] of `gemm`: [`Pick::WideTile`] for TF32 dW from the transposed X chunk (both
+/// operands transposed), [`Pick::First`] otherwise; with the `testing` feature, dW's products
+/// (B transposed: dZ read as `[C, rows]`) under [`crate::testing::with_dw_answer`] take the
+/// answer it names.
+fn pick_for(gemm: &Gemm) -> Pick {
+    #[cfg(feature = "testing")]
+    {
+        let forced = DW_ANSWER.load(std::sync::atomic::Ordering::Relaxed);
+        if gemm.trans_b && forced != usize::MAX {
+            return Pick::Answer(forced);
+        }
+    }
+    if gemm.tf32 && gemm.trans_a && gemm.trans_b {
+        Pick::WideTile
+    } else {
+        Pick::First
+    }
+}
 
 /// The largest power of two, up to 256, that divides `ptr`.
 fn alignment(ptr: u64) -> u32 {
@@ -262,12 +313,13 @@ impl Engine {
             .expect("bind the CUDA context");
         let problem = Problem::new(&gemm).unwrap_or_else(|e| fail(&gemm, e));
         let aligned = [alignment(a), alignment(b), alignment(d)];
-        let algorithm = match self.algorithms.get(&(gemm, aligned)) {
+        let pick = pick_for(&gemm);
+        let algorithm = match self.algorithms.get(&(gemm, aligned, pick)) {
             Some(algorithm) => *algorithm,
             None => {
-                let algorithm = unsafe { problem.algorithm(self.handle, aligned) }
+                let algorithm = unsafe { problem.algorithm(self.handle, aligned, pick) }
                     .unwrap_or_else(|e| fail(&gemm, e));
-                self.algorithms.insert((gemm, aligned), algorithm);
+                self.algorithms.insert((gemm, aligned, pick), algorithm);
                 algorithm
             }
         };
@@ -470,8 +522,9 @@ impl Problem {
         Ok(problem)
     }
 
-    /// cuBLASLt's first heuristic answer for the problem with [`WORKSPACE_BYTES`] of workspace
-    /// and pointers of these alignments (A, B, and D, which is also C).
+    /// The algorithm that `pick` takes from cuBLASLt's heuristic answers for the problem with
+    /// [`WORKSPACE_BYTES`] of workspace and pointers of these alignments (A, B, and D, which
+    /// is also C).
     ///
     /// # Safety
     /// `handle` is a live cuBLASLt handle.
@@ -479,6 +532,7 @@ impl Problem {
         &self,
         handle: sys::cublasLtHandle_t,
         [a, b, d]: Alignments,
+        pick: Pick,
     ) -> Result<sys::cublasLtMatmulAlgo_t, lt::CublasError> {
         use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
         let preference = lt::create_matmul_pref()?;
@@ -507,15 +561,71 @@ impl Problem {
             .and_then(|()| set_u32(Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d))
             .and_then(|()| set_u32(Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d))
             .and_then(|()| {
-                lt::get_matmul_algo_heuristic(
-                    handle, self.desc, self.a, self.b, self.d, self.d, preference,
+                let asked = match pick {
+                    Pick::First => {
+                        return lt::get_matmul_algo_heuristic(
+                            handle, self.desc, self.a, self.b, self.d, self.d, preference,
+                        );
+                    }
+                    Pick::WideTile => WIDE_TILE_ANSWERS,
+                    Pick::Answer(k) => k + 1,
+                };
+                let empty = std::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>();
+                let mut results = vec![empty; asked];
+                let mut returned = 0i32;
+                sys::cublasLtMatmulAlgoGetHeuristic(
+                    handle,
+                    self.desc,
+                    self.a,
+                    self.b,
+                    self.d,
+                    self.d,
+                    preference,
+                    asked as i32,
+                    results.as_mut_ptr(),
+                    &mut returned,
                 )
+                .result()?;
+                let answers = &results[..(returned.max(0) as usize).min(asked)];
+                let Some(first) = answers.first() else {
+                    return Err(lt::CublasError(
+                        sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
+                    ));
+                };
+                Ok(match pick {
+                    Pick::Answer(k) => answers[k.min(answers.len() - 1)],
+                    _ => *answers
+                        .iter()
+                        .find(|r| tile_of(&r.algo) == Some(WIDE_TILE))
+                        .unwrap_or(first),
+                })
             })
         };
         // SAFETY: created above, used no more.
         unsafe { lt::destroy_matmul_pref(preference)? };
         Ok(result?.algo)
     }
+}
+
+/// The tile of [`Pick::WideTile`]: `CUBLASLT_MATMUL_TILE_256x128`.
+const WIDE_TILE: u32 = sys::cublasLtMatmulTile_t::CUBLASLT_MATMUL_TILE_256x128 as u32;
+
+/// The tile (`cublasLtMatmulTile_t`) of a heuristic answer's configuration, where cuBLASLt
+/// reports it.
+fn tile_of(algo: &sys::cublasLtMatmulAlgo_t) -> Option<u32> {
+    let (mut tile, mut written) = (0u32, 0usize);
+    // SAFETY: the algorithm is a heuristic answer; the tile id is a uint32_t.
+    let status = unsafe {
+        sys::cublasLtMatmulAlgoConfigGetAttribute(
+            algo,
+            sys::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_TILE_ID,
+            &mut tile as *mut u32 as *mut c_void,
+            size_of::<u32>(),
+            &mut written,
+        )
+    };
+    (status == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS && written == size_of::<u32>())
+        .then_some(tile)
 }
 
 impl Drop for Problem {
@@ -527,5 +637,252 @@ impl Drop for Problem {
             let _ = lt::destroy_matrix_layout(self.d);
             let _ = lt::destroy_matmul_desc(self.desc);
         }
+    }
+}
+
+/// The `testing` feature's survey of cuBLASLt's algorithms ([`crate::testing::gemm_sweep`]):
+/// every heuristic answer for the streamed path's products at one chunk, timed on the engine's
+/// stream.
+#[cfg(feature = "testing")]
+pub(crate) mod sweep {
+    use super::*;
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+
+    /// A device buffer of `elements` values of `element`, filled with uniform values in
+    /// [-scale, scale] (a fixed sequence), or zeros where `scale` is 0.
+    fn buffer(engine: &Engine, element: Element, elements: usize, scale: f32) -> CudaSlice<u8> {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ elements as u64;
+        let mut bytes = Vec::with_capacity(elements * element.bytes() as usize);
+        for _ in 0..elements {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let x = ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale;
+            match element {
+                Element::F32 => bytes.extend_from_slice(&x.to_le_bytes()),
+                Element::Bf16 => bytes.extend_from_slice(&x.to_bits().to_le_bytes()[2..]),
+            }
+        }
+        engine.stream.clone_htod(&bytes).expect("upload")
+    }
+
+    /// Every heuristic answer (up to `count`) for `gemm` on A, B and D, each timed over
+    /// `reps` runs with `beta` after two warm-up runs; one line each: its place in the
+    /// heuristic's order, its configuration (algorithm id, tile, split K, reduction scheme,
+    /// swizzle, stages), its workspace, the heuristic's waves, the median time (ms), and the
+    /// largest difference of its output (beta 0) from the first answer's where D is f32.
+    fn answers(
+        engine: &mut Engine,
+        name: &str,
+        gemm: Gemm,
+        [a, b, d]: [&mut CudaSlice<u8>; 3],
+        beta: f32,
+        count: usize,
+        reps: usize,
+    ) -> Vec<String> {
+        use sys::cublasLtMatmulAlgoConfigAttributes_t as Config;
+        use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
+        engine.context.bind_to_thread().expect("bind");
+        let problem = Problem::new(&gemm).unwrap_or_else(|e| fail(&gemm, e));
+        let bytes = WORKSPACE_BYTES;
+        // SAFETY: a plain C struct; all zeros is a valid (empty) value.
+        let empty = unsafe { std::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>() };
+        let mut results = vec![empty; count];
+        let mut returned = 0i32;
+        // SAFETY: the preference, layouts and descriptor are live; `results` holds `count`.
+        unsafe {
+            let preference = lt::create_matmul_pref().expect("preference");
+            lt::set_matmul_pref_attribute(
+                preference,
+                Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &bytes as *const usize as *const c_void,
+                size_of::<usize>(),
+            )
+            .expect("workspace preference");
+            let status = sys::cublasLtMatmulAlgoGetHeuristic(
+                engine.handle,
+                problem.desc,
+                problem.a,
+                problem.b,
+                problem.d,
+                problem.d,
+                preference,
+                count as i32,
+                results.as_mut_ptr(),
+                &mut returned,
+            );
+            assert_eq!(status, sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
+            lt::destroy_matmul_pref(preference).expect("preference");
+        }
+        let (a, _ra) = a.device_ptr(&engine.stream);
+        let (b, _rb) = b.device_ptr(&engine.stream);
+        let (d_ptr, _rd) = d.device_ptr(&engine.stream);
+        let mut first: Option<Vec<u8>> = None;
+        let mut lines = Vec::new();
+        for (index, result) in results[..returned as usize].iter().enumerate() {
+            let mut config = [0u32; 6];
+            for (slot, attribute) in config.iter_mut().zip([
+                Config::CUBLASLT_ALGO_CONFIG_ID,
+                Config::CUBLASLT_ALGO_CONFIG_TILE_ID,
+                Config::CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                Config::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                Config::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+                Config::CUBLASLT_ALGO_CONFIG_STAGES_ID,
+            ]) {
+                let mut written = 0usize;
+                // SAFETY: the algorithm is the heuristic's; each attribute fits 4 bytes.
+                unsafe {
+                    sys::cublasLtMatmulAlgoConfigGetAttribute(
+                        &result.algo,
+                        attribute,
+                        slot as *mut u32 as *mut c_void,
+                        size_of::<u32>(),
+                        &mut written,
+                    )
+                };
+            }
+            let workspace = {
+                let (ptr, _record) = engine.workspace.device_ptr_mut(&engine.stream);
+                ptr
+            };
+            let run = |engine: &Engine, beta: f32| {
+                let alpha = 1.0f32;
+                // SAFETY: the buffers are live and sized for the layouts by the caller.
+                unsafe {
+                    lt::matmul(
+                        engine.handle,
+                        problem.desc,
+                        &alpha as *const f32 as *const c_void,
+                        &beta as *const f32 as *const c_void,
+                        a as *const c_void,
+                        problem.a,
+                        b as *const c_void,
+                        problem.b,
+                        d_ptr as *const c_void,
+                        problem.d,
+                        d_ptr as *mut c_void,
+                        problem.d,
+                        &result.algo,
+                        workspace as *mut c_void,
+                        WORKSPACE_BYTES,
+                        engine.stream.cu_stream() as sys::cudaStream_t,
+                    )
+                }
+                .unwrap_or_else(|e| fail(&gemm, e));
+            };
+            run(engine, 0.0);
+            let max_diff = if gemm.output == Element::F32 {
+                let got = engine.stream.clone_dtoh(&*d).expect("read D");
+                let floats = |v: &[u8]| -> Vec<f32> {
+                    v.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect()
+                };
+                match &first {
+                    None => {
+                        first = Some(got);
+                        0.0
+                    }
+                    Some(first) => floats(first)
+                        .iter()
+                        .zip(floats(&got))
+                        .map(|(x, y)| (x - y).abs())
+                        .fold(0.0f32, f32::max),
+                }
+            } else {
+                f32::NAN
+            };
+            run(engine, beta);
+            run(engine, beta);
+            let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+            let mut times = Vec::new();
+            for _ in 0..reps {
+                let start = engine.stream.record_event(timed).expect("event");
+                run(engine, beta);
+                let end = engine.stream.record_event(timed).expect("event");
+                end.synchronize().expect("event");
+                times.push(start.elapsed_ms(&end).expect("elapsed"));
+            }
+            times.sort_by(f32::total_cmp);
+            lines.push(format!(
+                "{name} answer {index}: config {config:?} workspace {} waves {:.2} ms {:.4} \
+                 max_diff {max_diff:e}",
+                result.workspaceSize,
+                result.wavesCount,
+                times[times.len() / 2],
+            ));
+        }
+        lines
+    }
+
+    /// The survey at one chunk of `rows` rows, I = `inputs`, C = `classes`: TF32's and
+    /// bf16's logits, dX and dW (dW added to, beta 1; TF32's from the transposed X chunk and
+    /// from X as stored), up to `count` answers each, `reps` timed runs per answer.
+    pub fn survey(
+        rows: usize,
+        inputs: usize,
+        classes: usize,
+        count: usize,
+        reps: usize,
+    ) -> Vec<String> {
+        let engine = engine(0).expect("cuBLASLt");
+        let mut engine = engine.lock().expect("engine");
+        let engine = &mut *engine;
+        let mut lines = vec![format!("survey rows {rows} I {inputs} C {classes}")];
+        for element in [Element::F32, Element::Bf16] {
+            let tf32 = element == Element::F32;
+            let tag = if tf32 { "tf32" } else { "bf16" };
+            let mut w = buffer(engine, element, classes * inputs, 0.05);
+            let mut x = buffer(engine, element, rows * inputs, 1.0);
+            let mut xt = buffer(engine, element, rows * inputs, 1.0);
+            let mut dz = buffer(engine, element, rows * classes, 1e-3);
+            let mut p = buffer(engine, Element::F32, rows * classes, 0.0);
+            let mut dx = buffer(engine, element, rows * inputs, 0.0);
+            let mut dw = buffer(engine, Element::F32, classes * inputs, 0.0);
+            let logits = Gemm::logits(rows, inputs, classes, tf32).typed(element, Element::F32);
+            lines.extend(answers(
+                engine,
+                &format!("{tag} logits"),
+                logits,
+                [&mut w, &mut x, &mut p],
+                0.0,
+                count,
+                reps,
+            ));
+            let input = Gemm::input_gradient(rows, inputs, classes, tf32).typed(element, element);
+            lines.extend(answers(
+                engine,
+                &format!("{tag} dX"),
+                input,
+                [&mut w, &mut dz, &mut dx],
+                0.0,
+                count,
+                reps,
+            ));
+            let stored =
+                Gemm::weight_gradient(rows, inputs, classes, tf32).typed(element, Element::F32);
+            lines.extend(answers(
+                engine,
+                &format!("{tag} dW from X"),
+                stored,
+                [&mut x, &mut dz, &mut dw],
+                1.0,
+                count,
+                reps,
+            ));
+            if tf32 {
+                let transposed = Gemm::weight_gradient_transposed(rows, inputs, classes, tf32);
+                lines.extend(answers(
+                    engine,
+                    &format!("{tag} dW from Xt"),
+                    transposed,
+                    [&mut xt, &mut dz, &mut dw],
+                    1.0,
+                    count,
+                    reps,
+                ));
+            }
+        }
+        lines
     }
 }

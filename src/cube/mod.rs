@@ -18,7 +18,7 @@
 
 mod cubek_tf32;
 #[cfg(feature = "cuda")]
-mod cublaslt;
+pub(crate) mod cublaslt;
 mod half;
 mod large_classes;
 mod launch;

@@ -4,7 +4,7 @@
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
 //!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA] [--softcap CAP]
 //!     [--logit-scale S] [--token-stats] [--host-ordered] [--dw-as-stored] [--memory]
-//!     [--timeline] [--half-loads K] [--lean] [--rounded]
+//!     [--timeline] [--half-loads K] [--lean] [--rounded] [--dw-answer K]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -34,7 +34,9 @@
 //! f32 count of X's elements loaded at once (`burn_fused_head::testing::with_half_loads`).
 //! `--lean` sums dW in the inputs' type between the streamed path's smaller chunks
 //! (`HeadAccumulation::Lean`). `--rounded` rounds bf16's logits to bf16 before the softmax
-//! (`HeadLogits::Rounded`).
+//! (`HeadLogits::Rounded`). `--dw-answer K` runs the streamed path's dW products on
+//! cuBLASLt's heuristic answer K (`burn_fused_head::testing::with_dw_answer`; 0 is the
+//! default's), beside the `gemm_sweep` tool's timings of each answer alone.
 
 use std::time::Instant;
 
@@ -105,8 +107,9 @@ fn head<B: FusedHeadBackend>(
 }
 
 /// The flags that take a value.
-const VALUED: [&str; 5] = [
+const VALUED: [&str; 6] = [
     "--chunk",
+    "--dw-answer",
     "--z-loss",
     "--softcap",
     "--logit-scale",
@@ -136,11 +139,18 @@ fn command_line() -> (usize, usize, usize, usize) {
 
 /// `steps` synced training steps of the op on B, I, C from the command line.
 fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
+    let answer = || match value_of("--dw-answer") {
+        Some(k) => {
+            let k = k.parse().expect("--dw-answer K: a whole number");
+            burn_fused_head::testing::with_dw_answer(k, || steps::<B>(device))
+        }
+        None => steps::<B>(device),
+    };
     let layout = || {
         if flag("--dw-as-stored") {
-            burn_fused_head::testing::dw_from_x_as_stored(|| steps::<B>(device))
+            burn_fused_head::testing::dw_from_x_as_stored(answer)
         } else {
-            steps::<B>(device)
+            answer()
         }
     };
     let route = || {
