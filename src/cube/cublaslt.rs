@@ -221,8 +221,9 @@ enum Pick {
     /// first answer: TF32 dW from the transposed X chunk. Measured on an H100 (2026-12-07,
     /// lease N, `gemm_sweep`): at chunks of 1024 rows (C = 128256) the heuristic answers
     /// 128 x 128 tiles first, 4.12 ms a chunk against 3.47 to 3.52 for its 256 x 128 answers
-    /// (the whole TF32 step 86.1 to 86.7 ms against 82.2 to 83.6); at 2048 rows (C = 32000)
-    /// its first answer already has them.
+    /// (the whole TF32 step, two rounds: 86.97 and 88.85 ms against 83.18 and 83.59; lease O,
+    /// this rule: 82.96 against 87.72); at 2048 rows (C = 32000) its first answer already
+    /// has them.
     WideTile,
     /// Answer k (the last where it gives fewer): [`crate::testing::with_dw_answer`].
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
