@@ -136,8 +136,9 @@ pub fn lean_chunk_rows(
 }
 
 /// Runs `f` with the streamed path's dW products (every chunk's, every precision) on
-/// cuBLASLt's heuristic answer `index` (0 is the first, the default; the last where the
-/// heuristic gives fewer), for the benchmark's survey of dW's algorithms beside
+/// cuBLASLt's heuristic answer `index` (0 is the first, the rule before
+/// `Pick::WideTile`, TF32 dW's pick since; the last where the heuristic gives fewer; at most
+/// 63), for the benchmark's survey of dW's algorithms beside
 /// [`gemm_sweep`]. Process-wide while `f` runs. Nothing changes where cuBLASLt does not run.
 pub fn with_dw_answer<T>(index: usize, f: impl FnOnce() -> T) -> T {
     #[cfg(feature = "cuda")]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Lease N (2026-12-07, third session): cuBLASLt's heuristic answers for the streamed path's
 # products, each timed alone (`gemm_sweep`), then the whole TF32 step with dW on each of the
-# first answers (`profile --dw-answer K`), alternating; with `all`, lease M's steps after it
-# (the table, the checks, the second round) on the same build.
+# first answers (`profile --dw-answer K`), alternating; with `all`, lease M's table and checks
+# after it on the same build (no second round). The lease ran `sweep` on an H100. As it ran,
+# the `rc=` after each sweep is `date`'s status, not the sweep's (each sweep's lines are
+# complete in its log).
 # Started as `setsid bash docs/bench/2026-12-07-n-lease.sh PART &` from the repo root (PART:
 # `sweep` or `all`); each call packs /tmp/leaseN (less its executables) into one archive
 # under $OUT until `^all done`.

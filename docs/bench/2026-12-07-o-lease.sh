@@ -5,7 +5,8 @@
 # this build, those that bear on the rule first (the device budget was nearly spent): the
 # determinism and streamed suites, the fingerprint against the build of lease N (a09c7da plus
 # the testing tools: the default's bits before the rule), memcheck on the streamed TF32 bits
-# test, the other suites, the long fuzz; last, one traced step at 128256.
+# test, `edge_cases`, `logit_terms`, `half_precision`, the long fuzz, `parity`; last, one
+# traced step at 128256. The budget ended in `half_precision`.
 # Started as `setsid bash docs/bench/2026-12-07-o-lease.sh &` from the repo root; each call
 # packs /tmp/leaseO (less its executables) into one archive under $OUT until `^all done`.
 L=/tmp/leaseO

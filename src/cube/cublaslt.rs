@@ -220,7 +220,7 @@ enum Pick {
     /// The first answer with 256 x 128 tiles among the first [`WIDE_TILE_ANSWERS`], else the
     /// first answer: TF32 dW from the transposed X chunk. Measured on an H100 (2026-12-07,
     /// lease N, `gemm_sweep`): at chunks of 1024 rows (C = 128256) the heuristic answers
-    /// 128 x 128 tiles first, 4.12 ms a chunk against 3.47 to 3.52 for its 256 x 128 answers
+    /// 128 x 128 tiles first, 4.12 ms a chunk against 3.47 to 3.52 for three of its four 256 x 128 answers
     /// (the whole TF32 step, two rounds: 86.97 and 88.85 ms against 83.18 and 83.59; lease O,
     /// this rule: 82.96 against 87.72); at 2048 rows (C = 32000) its first answer already
     /// has them.
@@ -549,7 +549,8 @@ impl Problem {
                 )
             }
         };
-        // SAFETY: the preference, layouts and descriptor are live until the end of the block.
+        // SAFETY: the preference, layouts and descriptor are live until the end of the block;
+        // `results` holds the `asked` answers the heuristic may write.
         let result = unsafe {
             lt::set_matmul_pref_attribute(
                 preference,
@@ -569,7 +570,8 @@ impl Problem {
                         );
                     }
                     Pick::WideTile => WIDE_TILE_ANSWERS,
-                    Pick::Answer(k) => k + 1,
+                    // At most 64: a testing hook's index, never a count to trust.
+                    Pick::Answer(k) => k.min(63) + 1,
                 };
                 let empty = std::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>();
                 let mut results = vec![empty; asked];
@@ -587,7 +589,12 @@ impl Problem {
                     &mut returned,
                 )
                 .result()?;
-                let answers = &results[..(returned.max(0) as usize).min(asked)];
+                // An answer's fields are valid only where its state is success.
+                let answers: Vec<_> = results[..(returned.max(0) as usize).min(asked)]
+                    .iter()
+                    .filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+                    .copied()
+                    .collect();
                 let Some(first) = answers.first() else {
                     return Err(lt::CublasError(
                         sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
@@ -667,7 +674,9 @@ pub(crate) mod sweep {
         engine.stream.clone_htod(&bytes).expect("upload")
     }
 
-    /// Every heuristic answer (up to `count`) for `gemm` on A, B and D, each timed over
+    /// Every heuristic answer (up to `count`) for `gemm` on A, B and D (asked with the
+    /// workspace preference alone: the engine's numbering where its pointers are 256-byte
+    /// aligned, as these buffers are), each timed over
     /// `reps` runs with `beta` after two warm-up runs; one line each: its place in the
     /// heuristic's order, its configuration (algorithm id, tile, split K, reduction scheme,
     /// swizzle, stages), its workspace, the heuristic's waves, the median time (ms), and the

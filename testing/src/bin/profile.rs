@@ -36,7 +36,7 @@
 //! (`HeadAccumulation::Lean`). `--rounded` rounds bf16's logits to bf16 before the softmax
 //! (`HeadLogits::Rounded`). `--dw-answer K` runs the streamed path's dW products on
 //! cuBLASLt's heuristic answer K (`burn_fused_head::testing::with_dw_answer`; 0 is the
-//! default's), beside the `gemm_sweep` tool's timings of each answer alone.
+//! first, the rule before TF32 dW's wide-tile pick), beside the `gemm_sweep` tool's timings of each answer alone.
 
 use std::time::Instant;
 
