@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use sys::cublasLtMatmulAlgoConfigAttributes_t as Config;
 
 /// Bytes of cuBLASLt workspace per device: NVIDIA's recommendation for Hopper (32 MiB).
 /// Invariant of memory: part of the path's stated bound on what it allocates.
@@ -324,6 +325,22 @@ impl Engine {
                 algorithm
             }
         };
+        // SAFETY: the caller's contract.
+        unsafe { self.enqueue(&gemm, &problem, &algorithm, [a, b, d], beta) };
+    }
+
+    /// Enqueues `problem` (the descriptors of `gemm`) on `algorithm`: `D = A B + beta D`.
+    ///
+    /// # Safety
+    /// As [`Engine::run`].
+    unsafe fn enqueue(
+        &mut self,
+        gemm: &Gemm,
+        problem: &Problem,
+        algorithm: &sys::cublasLtMatmulAlgo_t,
+        [a, b, d]: [u64; 3],
+        beta: f32,
+    ) {
         let alpha = 1.0f32;
         let workspace = {
             use cudarc::driver::DevicePtrMut;
@@ -345,13 +362,13 @@ impl Engine {
                 problem.d,
                 d as *mut c_void,
                 problem.d,
-                &algorithm,
+                algorithm,
                 workspace as *mut c_void,
                 WORKSPACE_BYTES,
                 self.stream.cu_stream() as sys::cudaStream_t,
             )
         }
-        .unwrap_or_else(|e| fail(&gemm, e));
+        .unwrap_or_else(|e| fail(gemm, e));
     }
 
     /// With the `testing` feature, while a timeline is traced
@@ -523,18 +540,55 @@ impl Problem {
         Ok(problem)
     }
 
-    /// The algorithm that `pick` takes from cuBLASLt's heuristic answers for the problem with
-    /// [`WORKSPACE_BYTES`] of workspace and pointers of these alignments (A, B, and D, which
-    /// is also C).
+    /// The algorithm that `pick` takes from cuBLASLt's heuristic answers for the problem
+    /// ([`Problem::answers`]).
     ///
     /// # Safety
     /// `handle` is a live cuBLASLt handle.
     unsafe fn algorithm(
         &self,
         handle: sys::cublasLtHandle_t,
-        [a, b, d]: Alignments,
+        aligned: Alignments,
         pick: Pick,
     ) -> Result<sys::cublasLtMatmulAlgo_t, lt::CublasError> {
+        let asked = match pick {
+            Pick::First => 1,
+            Pick::WideTile => WIDE_TILE_ANSWERS,
+            // At most 64: a testing hook's index, never a count to trust.
+            Pick::Answer(k) => k.min(63) + 1,
+        };
+        // SAFETY: the caller's contract.
+        let answers = unsafe { self.answers(handle, aligned, asked) }?;
+        let Some(first) = answers.first() else {
+            return Err(lt::CublasError(
+                sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
+            ));
+        };
+        let answer = match pick {
+            Pick::First => first,
+            Pick::Answer(k) => &answers[k.min(answers.len() - 1)],
+            Pick::WideTile => answers
+                .iter()
+                .find(|r| {
+                    config_of(&r.algo, Config::CUBLASLT_ALGO_CONFIG_TILE_ID) == Some(WIDE_TILE)
+                })
+                .unwrap_or(first),
+        };
+        Ok(answer.algo)
+    }
+
+    /// cuBLASLt's heuristic answers for the problem, up to `asked`, in its order, those whose
+    /// state is success (an answer's fields are valid only there): with [`WORKSPACE_BYTES`]
+    /// of workspace and pointers of these alignments (A, B, and D, which is also C).
+    ///
+    /// # Safety
+    /// `handle` is a live cuBLASLt handle.
+    unsafe fn answers(
+        &self,
+        handle: sys::cublasLtHandle_t,
+        [a, b, d]: Alignments,
+        asked: usize,
+    ) -> Result<Vec<sys::cublasLtMatmulHeuristicResult_t>, lt::CublasError> {
         use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
         let preference = lt::create_matmul_pref()?;
         let bytes = WORKSPACE_BYTES;
@@ -549,9 +603,13 @@ impl Problem {
                 )
             }
         };
+        // SAFETY: a plain C struct; all zeros is a valid (empty) value.
+        let empty = unsafe { std::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>() };
+        let mut results = vec![empty; asked];
+        let mut returned = 0i32;
         // SAFETY: the preference, layouts and descriptor are live until the end of the block;
         // `results` holds the `asked` answers the heuristic may write.
-        let result = unsafe {
+        let status = unsafe {
             lt::set_matmul_pref_attribute(
                 preference,
                 Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -563,19 +621,6 @@ impl Problem {
             .and_then(|()| set_u32(Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d))
             .and_then(|()| set_u32(Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d))
             .and_then(|()| {
-                let asked = match pick {
-                    Pick::First => {
-                        return lt::get_matmul_algo_heuristic(
-                            handle, self.desc, self.a, self.b, self.d, self.d, preference,
-                        );
-                    }
-                    Pick::WideTile => WIDE_TILE_ANSWERS,
-                    // At most 64: a testing hook's index, never a count to trust.
-                    Pick::Answer(k) => k.min(63) + 1,
-                };
-                let empty = std::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>();
-                let mut results = vec![empty; asked];
-                let mut returned = 0i32;
                 sys::cublasLtMatmulAlgoGetHeuristic(
                     handle,
                     self.desc,
@@ -588,52 +633,37 @@ impl Problem {
                     results.as_mut_ptr(),
                     &mut returned,
                 )
-                .result()?;
-                // An answer's fields are valid only where its state is success.
-                let answers: Vec<_> = results[..(returned.max(0) as usize).min(asked)]
-                    .iter()
-                    .filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
-                    .copied()
-                    .collect();
-                let Some(first) = answers.first() else {
-                    return Err(lt::CublasError(
-                        sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
-                    ));
-                };
-                Ok(match pick {
-                    Pick::Answer(k) => answers[k.min(answers.len() - 1)],
-                    _ => *answers
-                        .iter()
-                        .find(|r| tile_of(&r.algo) == Some(WIDE_TILE))
-                        .unwrap_or(first),
-                })
+                .result()
             })
         };
         // SAFETY: created above, used no more.
         unsafe { lt::destroy_matmul_pref(preference)? };
-        Ok(result?.algo)
+        status?;
+        results.truncate((returned.max(0) as usize).min(asked));
+        results.retain(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
+        Ok(results)
     }
 }
 
 /// The tile of [`Pick::WideTile`]: `CUBLASLT_MATMUL_TILE_256x128`.
 const WIDE_TILE: u32 = sys::cublasLtMatmulTile_t::CUBLASLT_MATMUL_TILE_256x128 as u32;
 
-/// The tile (`cublasLtMatmulTile_t`) of a heuristic answer's configuration, where cuBLASLt
+/// One attribute (a `uint32_t` one) of a heuristic answer's configuration, where cuBLASLt
 /// reports it.
-fn tile_of(algo: &sys::cublasLtMatmulAlgo_t) -> Option<u32> {
-    let (mut tile, mut written) = (0u32, 0usize);
-    // SAFETY: the algorithm is a heuristic answer; the tile id is a uint32_t.
+fn config_of(algo: &sys::cublasLtMatmulAlgo_t, attribute: Config) -> Option<u32> {
+    let (mut value, mut written) = (0u32, 0usize);
+    // SAFETY: the algorithm is a heuristic answer; the attribute is a uint32_t.
     let status = unsafe {
         sys::cublasLtMatmulAlgoConfigGetAttribute(
             algo,
-            sys::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_TILE_ID,
-            &mut tile as *mut u32 as *mut c_void,
+            attribute,
+            &mut value as *mut u32 as *mut c_void,
             size_of::<u32>(),
             &mut written,
         )
     };
     (status == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS && written == size_of::<u32>())
-        .then_some(tile)
+        .then_some(value)
 }
 
 impl Drop for Problem {
@@ -654,7 +684,7 @@ impl Drop for Problem {
 #[cfg(feature = "testing")]
 pub(crate) mod sweep {
     use super::*;
-    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    use cudarc::driver::DevicePtr;
 
     /// A device buffer of `elements` values of `element`, filled with uniform values in
     /// [-scale, scale] (a fixed sequence), or zeros where `scale` is 0.
@@ -674,9 +704,8 @@ pub(crate) mod sweep {
         engine.stream.clone_htod(&bytes).expect("upload")
     }
 
-    /// Every heuristic answer (up to `count`) for `gemm` on A, B and D (asked with the
-    /// workspace preference alone: the engine's numbering where its pointers are 256-byte
-    /// aligned, as these buffers are), each timed over
+    /// Every heuristic answer (up to `count`) for `gemm` on A, B and D ([`Problem::answers`]
+    /// for 256-byte aligned pointers, as these buffers are), each timed over
     /// `reps` runs with `beta` after two warm-up runs; one line each: its place in the
     /// heuristic's order, its configuration (algorithm id, tile, split K, reduction scheme,
     /// swizzle, stages), its workspace, the heuristic's waves, the median time (ms), and the
@@ -690,95 +719,30 @@ pub(crate) mod sweep {
         count: usize,
         reps: usize,
     ) -> Vec<String> {
-        use sys::cublasLtMatmulAlgoConfigAttributes_t as Config;
-        use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
         engine.context.bind_to_thread().expect("bind");
         let problem = Problem::new(&gemm).unwrap_or_else(|e| fail(&gemm, e));
-        let bytes = WORKSPACE_BYTES;
-        // SAFETY: a plain C struct; all zeros is a valid (empty) value.
-        let empty = unsafe { std::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>() };
-        let mut results = vec![empty; count];
-        let mut returned = 0i32;
-        // SAFETY: the preference, layouts and descriptor are live; `results` holds `count`.
-        unsafe {
-            let preference = lt::create_matmul_pref().expect("preference");
-            lt::set_matmul_pref_attribute(
-                preference,
-                Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                &bytes as *const usize as *const c_void,
-                size_of::<usize>(),
-            )
-            .expect("workspace preference");
-            let status = sys::cublasLtMatmulAlgoGetHeuristic(
-                engine.handle,
-                problem.desc,
-                problem.a,
-                problem.b,
-                problem.d,
-                problem.d,
-                preference,
-                count as i32,
-                results.as_mut_ptr(),
-                &mut returned,
-            );
-            assert_eq!(status, sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
-            lt::destroy_matmul_pref(preference).expect("preference");
-        }
-        let (a, _ra) = a.device_ptr(&engine.stream);
-        let (b, _rb) = b.device_ptr(&engine.stream);
-        let (d_ptr, _rd) = d.device_ptr(&engine.stream);
+        // SAFETY: the engine's handle is live.
+        let results = unsafe { problem.answers(engine.handle, [256; 3], count) }
+            .unwrap_or_else(|e| fail(&gemm, e));
+        let stream = engine.stream.clone();
+        let (a, _ra) = a.device_ptr(&stream);
+        let (b, _rb) = b.device_ptr(&stream);
+        let (d_ptr, _rd) = d.device_ptr(&stream);
         let mut first: Option<Vec<u8>> = None;
         let mut lines = Vec::new();
-        for (index, result) in results[..returned as usize].iter().enumerate() {
-            let mut config = [0u32; 6];
-            for (slot, attribute) in config.iter_mut().zip([
+        for (index, result) in results.iter().enumerate() {
+            let config = [
                 Config::CUBLASLT_ALGO_CONFIG_ID,
                 Config::CUBLASLT_ALGO_CONFIG_TILE_ID,
                 Config::CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
                 Config::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
                 Config::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
                 Config::CUBLASLT_ALGO_CONFIG_STAGES_ID,
-            ]) {
-                let mut written = 0usize;
-                // SAFETY: the algorithm is the heuristic's; each attribute fits 4 bytes.
-                unsafe {
-                    sys::cublasLtMatmulAlgoConfigGetAttribute(
-                        &result.algo,
-                        attribute,
-                        slot as *mut u32 as *mut c_void,
-                        size_of::<u32>(),
-                        &mut written,
-                    )
-                };
-            }
-            let workspace = {
-                let (ptr, _record) = engine.workspace.device_ptr_mut(&engine.stream);
-                ptr
-            };
-            let run = |engine: &Engine, beta: f32| {
-                let alpha = 1.0f32;
+            ]
+            .map(|attribute| config_of(&result.algo, attribute).unwrap_or(0));
+            let run = |engine: &mut Engine, beta: f32| {
                 // SAFETY: the buffers are live and sized for the layouts by the caller.
-                unsafe {
-                    lt::matmul(
-                        engine.handle,
-                        problem.desc,
-                        &alpha as *const f32 as *const c_void,
-                        &beta as *const f32 as *const c_void,
-                        a as *const c_void,
-                        problem.a,
-                        b as *const c_void,
-                        problem.b,
-                        d_ptr as *const c_void,
-                        problem.d,
-                        d_ptr as *mut c_void,
-                        problem.d,
-                        &result.algo,
-                        workspace as *mut c_void,
-                        WORKSPACE_BYTES,
-                        engine.stream.cu_stream() as sys::cudaStream_t,
-                    )
-                }
-                .unwrap_or_else(|e| fail(&gemm, e));
+                unsafe { engine.enqueue(&gemm, &problem, &result.algo, [a, b, d_ptr], beta) };
             };
             run(engine, 0.0);
             let max_diff = if gemm.output == Element::F32 {
