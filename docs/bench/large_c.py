@@ -17,6 +17,8 @@
     python3 docs/bench/large_c.py chart docs/bench/DATE.csv docs/bench/DATE.svg
     python3 docs/bench/large_c.py profile docs/bench/DATE-profile.log
     python3 docs/bench/large_c.py compare docs/bench/EARLIER.csv docs/bench/LATER.csv
+    python3 docs/bench/large_c.py answers docs/bench/DATE.csv [docs/bench/DATE2.csv ...]
+    python3 docs/bench/large_c.py sweep docs/bench/DATE-sweep.log
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== [HH:MM:SS] B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -320,7 +322,7 @@ def profile_runs(path):
 LEASE_COLUMNS = COLUMNS + ["options", "round", "method", "back_to_back_ms", "stream_ms", "rows_ms", "after_ms"]
 # Flags that name the row's columns or the method, not an option.
 NAMED = ("--bf16", "--tf32", "--identity", "--fusion", "--phases", "--timeline", "--memory")
-VALUED = ("--chunk", "--z-loss", "--softcap", "--logit-scale", "--half-loads")
+VALUED = ("--chunk", "--z-loss", "--softcap", "--logit-scale", "--half-loads", "--dw-answer")
 
 
 def options(flags):
@@ -686,6 +688,43 @@ def compare(earlier, later):
         print(f"peers, every shape: {len(peers)} rows, median {statistics.median(peers):.3f}")
 
 
+def answers(*paths):
+    """The TF32 step per dW answer (`profile --dw-answer K`; `default` where no answer was
+    forced), each lease's rounds in order: one row per lease, C and answer."""
+    print("| lease CSV | C | dW's answer | step, one sync (ms), each round |")
+    print("|---|---|---|---|")
+    for path in paths:
+        steps = {}
+        for r in csv.DictReader(open(path)):
+            if r["contender"] == "ours" and r["precision"] == "tf32" and r["method"] == "phases":
+                answer = value_after(r["options"].split(), "--dw-answer") or "default"
+                steps.setdefault((int(r["C"]), answer), []).append(r["step_ms"])
+        for (c, answer), figures in sorted(steps.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+            print(f"| {path.split('/')[-1]} | {c} | {answer} | {', '.join(f'{float(f):.2f}' for f in figures)} |")
+
+
+def sweep(path):
+    """`gemm_sweep`'s log: per product and chunk, the heuristic's first answer and the fastest
+    (ms alone, tile as `cublasLtMatmulTile_t`), and how many answers it gave."""
+    print("| chunk rows, C | product | answers | answer 0: ms (tile) | fastest: answer, ms (tile) |")
+    print("|---|---|---:|---:|---:|")
+    shape, products = None, {}
+    pattern = r"(.+) answer (\d+): config \[(\d+), (\d+),.*\] workspace \d+ waves [\d.]+ ms ([\d.]+)"
+    def flush():
+        for name, rows in products.items():
+            first, best = rows[0], min(rows, key=lambda r: r[2])
+            print(f"| {shape} | {name} | {len(rows)} | {first[2]:.2f} ({first[1]}) | {best[0]}, {best[2]:.2f} ({best[1]}) |")
+    for line in open(path):
+        if line.startswith("survey"):
+            flush()
+            words = line.split()
+            shape, products = f"{words[2]}, {words[6]}", {}
+        found = re.match(pattern, line)
+        if found:
+            products.setdefault(found[1], []).append((int(found[2]), int(found[4]), float(found[5])))
+    flush()
+
+
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile, "compare": compare}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile, "compare": compare, "answers": answers, "sweep": sweep}
     modes[sys.argv[1]](*sys.argv[2:])
