@@ -353,6 +353,18 @@ impl<B: FusedHeadBackend> Backward<B, 3> for ScaleGradients {
     ) {
         let (parents, _) = parents_of(&ops);
         let grad_loss = grads.consume::<B>(&ops.node); // [1]
+        #[cfg(feature = "testing")]
+        {
+            use crate::testing::{HOST_WAITS_ALWAYS_SCALE, HOST_WAITS_UNIT_GRADIENT, host_waits};
+            if host_waits(HOST_WAITS_UNIT_GRADIENT) {
+                return register::<B>(grads, parents, ops.state, |g| g);
+            }
+            if host_waits(HOST_WAITS_ALWAYS_SCALE) {
+                return register::<B>(grads, parents, ops.state, |g| {
+                    scale::<B>(g, grad_loss.clone())
+                });
+            }
+        }
         if is_one::<B>(&grad_loss) {
             // A plain `loss.backward()`: `grad * 1` is `grad`, bit for bit; the scaling
             // would read and write dW ([C, I]) once more.

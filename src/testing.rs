@@ -156,6 +156,36 @@ pub fn with_dw_answer<T>(index: usize, f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// How the host waits around the streamed path's step and reads the op's upstream gradient,
+/// for the benchmark's comparison of the ways (`profile --host-waits K`, K a sum of the
+/// flags below; 0 is the op as built). Process-wide while `f` runs: callers in one process
+/// must not overlap. [`HOST_WAITS_UNIT_GRADIENT`] gives wrong gradients for an upstream
+/// gradient other than 1: a measure of what the read costs, never a route.
+pub fn with_host_waits<T>(flags: u32, f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::Ordering;
+    HOST_WAITS.store(flags, Ordering::SeqCst);
+    let _off = OnDrop(|| HOST_WAITS.store(0, Ordering::SeqCst));
+    f()
+}
+
+/// [`with_host_waits`]: the streamed path's wait at exit on the calling thread (the route
+/// before 2026-12-07, fourth session), not on CubeCL's server thread.
+pub const HOST_WAITS_EXIT_ON_CALLER: u32 = 1;
+/// [`with_host_waits`]: the backward step takes its upstream gradient as 1 without reading it.
+pub const HOST_WAITS_UNIT_GRADIENT: u32 = 2;
+/// [`with_host_waits`]: the backward step scales the gradients by its upstream gradient
+/// always (stock ops, no read).
+pub const HOST_WAITS_ALWAYS_SCALE: u32 = 4;
+
+/// [`with_host_waits`]'s flags in force.
+pub(crate) static HOST_WAITS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Whether [`with_host_waits`]'s `flag` is in force.
+#[allow(dead_code)]
+pub(crate) fn host_waits(flag: u32) -> bool {
+    HOST_WAITS.load(std::sync::atomic::Ordering::Relaxed) & flag != 0
+}
+
 /// Runs `f` with the streamed path's TF32 dW computed from X as stored (both operands
 /// MN-major) in place of X's transposed chunk, for the benchmark's comparison of the two
 /// layouts. Process-wide while `f` runs. Nothing changes where cuBLASLt does not run.
@@ -181,10 +211,8 @@ fn with_switch<T>(switch: &std::sync::atomic::AtomicBool, f: impl FnOnce() -> T)
 
 /// Runs its closure when dropped: a process-wide switch set for `f` is reset even where `f`
 /// panics (a test that fails inside it must not leave the next test on another route).
-#[cfg(feature = "cube")]
 struct OnDrop<F: FnMut()>(F);
 
-#[cfg(feature = "cube")]
 impl<F: FnMut()> Drop for OnDrop<F> {
     fn drop(&mut self) {
         (self.0)()

@@ -472,7 +472,7 @@ fn one_timeline<R: CubeRuntime>(
     // SAFETY: as above; every chunk's dZ is queued before.
     unsafe { products.finish(engine) };
     let queued = Instant::now();
-    engine.synchronize();
+    wait_on_server(&client, engine);
     #[cfg(feature = "testing")]
     if super::trace::ON.load(std::sync::atomic::Ordering::Relaxed) {
         let [entered, waited] = stamps;
@@ -673,6 +673,35 @@ fn addresses<R: CubeRuntime, const N: usize>(
         cubecl::future::block_on(synced).expect("CubeCL sync");
     }
     addresses.map(|a| a.map(|a| a.expect("the device address of a CUDA buffer")))
+}
+
+/// Blocks until the engine's stream has run, the wait itself on CubeCL's server thread
+/// (`exclusive`): that thread goes back to its queue as soon as the stream is done, awake,
+/// where after a wait on this thread it would have slept through it (in 150 us steps once
+/// idle) and the next call to it (the upstream gradient's read, the caller's sync, the next
+/// op) would wait for it to wake. Other threads' calls to CubeCL on this device wait for the
+/// stream too.
+fn wait_on_server(client: &cubecl::client::ComputeClient<CudaRuntime>, engine: &Engine) {
+    #[cfg(feature = "testing")]
+    if crate::testing::host_waits(crate::testing::HOST_WAITS_EXIT_ON_CALLER) {
+        engine.synchronize();
+        return;
+    }
+    /// The stream's handle, sent to the server thread, which waits on it before this thread
+    /// goes on: the engine (and its stream) outlives the wait.
+    struct Stream(cudarc::driver::sys::CUstream);
+    // SAFETY: a CUDA stream handle may be used from any thread of its context's process; the
+    // server thread has CubeCL's context (the engine's) current.
+    unsafe impl Send for Stream {}
+    let stream = Stream(engine.cu_stream());
+    client
+        .exclusive(move || {
+            let stream = stream;
+            // SAFETY: the engine's live stream, in the context current on this thread.
+            unsafe { cudarc::driver::result::stream::synchronize(stream.0) }
+        })
+        .expect("CubeCL's server thread")
+        .expect("cuBLASLt stream");
 }
 
 /// Blocks until CubeCL's queue on `like`'s device has run.

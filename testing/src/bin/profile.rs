@@ -4,7 +4,7 @@
 //!   cargo run --release -p burn-fused-head-testing --features cuda --bin profile -- B I C [steps] [--fusion] [--phases]
 //!     [--tf32] [--identity] [--bf16] [--chunk ELEMENTS] [--z-loss ZETA] [--softcap CAP]
 //!     [--logit-scale S] [--token-stats] [--host-ordered] [--dw-as-stored] [--memory]
-//!     [--timeline] [--half-loads K] [--lean] [--rounded] [--dw-answer K]
+//!     [--timeline] [--half-loads K] [--lean] [--rounded] [--dw-answer K] [--host-waits K]
 //!
 //! With `--features cuda` it runs on the raw `CubeBackend<CudaRuntime>` (fusion off, so each
 //! kernel launch is the op's own), or with `--fusion` on the default `Cuda` type (fusion on);
@@ -37,6 +37,9 @@
 //! (`HeadLogits::Rounded`). `--dw-answer K` runs the streamed path's dW products on
 //! cuBLASLt's heuristic answer K (`burn_fused_head::testing::with_dw_answer`; 0 is the
 //! first, the rule before TF32 dW's wide-tile pick), beside the `gemm_sweep` tool's timings of each answer alone.
+//! `--host-waits K` runs with the host's waits and the upstream gradient's read changed by the
+//! flags K sums (`burn_fused_head::testing::with_host_waits`: 1 the streamed path's exit wait
+//! on this thread, 2 no read of the upstream gradient, 4 the gradients always scaled).
 
 use std::time::Instant;
 
@@ -107,9 +110,10 @@ fn head<B: FusedHeadBackend>(
 }
 
 /// The flags that take a value.
-const VALUED: [&str; 6] = [
+const VALUED: [&str; 7] = [
     "--chunk",
     "--dw-answer",
+    "--host-waits",
     "--z-loss",
     "--softcap",
     "--logit-scale",
@@ -139,12 +143,19 @@ fn command_line() -> (usize, usize, usize, usize) {
 
 /// `steps` synced training steps of the op on B, I, C from the command line.
 fn run<B: AutodiffBackend + FusedHeadBackend>(device: &B::Device) {
+    let waits = || match value_of("--host-waits") {
+        Some(k) => {
+            let k = k.parse().expect("--host-waits K: a whole number");
+            burn_fused_head::testing::with_host_waits(k, || steps::<B>(device))
+        }
+        None => steps::<B>(device),
+    };
     let answer = || match value_of("--dw-answer") {
         Some(k) => {
             let k = k.parse().expect("--dw-answer K: a whole number");
-            burn_fused_head::testing::with_dw_answer(k, || steps::<B>(device))
+            burn_fused_head::testing::with_dw_answer(k, waits)
         }
-        None => steps::<B>(device),
+        None => waits(),
     };
     let layout = || {
         if flag("--dw-as-stored") {
