@@ -39,7 +39,8 @@
 //! first, the rule before TF32 dW's wide-tile pick), beside the `gemm_sweep` tool's timings of each answer alone.
 //! `--host-waits K` runs with the host's waits and the upstream gradient's read changed by the
 //! flags K sums (`burn_fused_head::testing::with_host_waits`: 1 the streamed path's exit wait
-//! on this thread, 2 no read of the upstream gradient, 4 the gradients always scaled).
+//! on this thread, 2 the upstream gradient read on the host): the routes before 2026-12-07's
+//! fourth session beside the new.
 
 use std::time::Instant;
 
