@@ -19,6 +19,7 @@
     python3 docs/bench/large_c.py compare docs/bench/EARLIER.csv docs/bench/LATER.csv
     python3 docs/bench/large_c.py answers docs/bench/DATE.csv [docs/bench/DATE2.csv ...]
     python3 docs/bench/large_c.py sweep docs/bench/DATE-sweep.log
+    python3 docs/bench/large_c.py waits docs/bench/DATE.csv
 
 `csv` reads a lease's logs: `profile.log` (testing/src/bin/profile.rs with `--fusion --phases
 --memory`, each run headed by `=== [HH:MM:SS] B I C [flags]`) and `peers.csv` (../shared/peers's
@@ -81,6 +82,11 @@ profile log's traced runs, beside the same configurations' untraced steps. `comp
 two leases' CSVs side by side: every configuration both ran (ours' first `--phases` round,
 the peers' rows), its step in each and the later's ratio to the earlier, then the ratios'
 range for ours and the peers' median and range, at the LM shapes (C >= 32000) and below.
+`waits CSV [K]` prints the runs of `profile --host-waits K` (2026-12-07, fourth session): per
+shape and precision, the step (one sync, each round) for each K, and the mean of K = 0 (the
+build's own route) over the mean of the given K (default 3: in the final build, the route
+before, the exit wait on the calling thread and the upstream gradient read on the host; in
+lease P's build the route before is K = 1).
 """
 import csv
 import os
@@ -322,7 +328,7 @@ def profile_runs(path):
 LEASE_COLUMNS = COLUMNS + ["options", "round", "method", "back_to_back_ms", "stream_ms", "rows_ms", "after_ms"]
 # Flags that name the row's columns or the method, not an option.
 NAMED = ("--bf16", "--tf32", "--identity", "--fusion", "--phases", "--timeline", "--memory")
-VALUED = ("--chunk", "--z-loss", "--softcap", "--logit-scale", "--half-loads", "--dw-answer")
+VALUED = ("--chunk", "--z-loss", "--softcap", "--logit-scale", "--half-loads", "--dw-answer", "--host-waits")
 
 
 def options(flags):
@@ -703,6 +709,29 @@ def answers(*paths):
             print(f"| {path.split('/')[-1]} | {c} | {answer} | {', '.join(f'{float(f):.2f}' for f in figures)} |")
 
 
+def waits(path, before_k="3"):
+    """Steps per `--host-waits K` (the module's doc, `waits`)."""
+    steps, order = {}, []
+    for r in csv.DictReader(open(path)):
+        k = value_after(r["options"].split(), "--host-waits")
+        if r["contender"] != "ours" or r["method"] != "phases" or k is None:
+            continue
+        key = (int(r["B"]), int(r["I"]), int(r["C"]), precision_label(r["precision"]))
+        if key not in order:
+            order.append(key)
+        steps.setdefault(key, {}).setdefault(int(k), []).append(float(r["step_ms"]))
+    ks = sorted({k for per in steps.values() for k in per})
+    print("| B, I, C | precision | " + " | ".join(f"K = {k}" for k in ks) + f" | K = 0 / K = {before_k} |")
+    print("|---|---|" + "---|" * len(ks) + "---:|")
+    mean = statistics.mean
+    for key in order:
+        per = steps[key]
+        cells = [", ".join(f"{v:.3f}" for v in per[k]) if k in per else "not run" for k in ks]
+        before = per.get(int(before_k))
+        ratio = f"{mean(per[0]) / mean(before):.3f}" if 0 in per and before else "-"
+        print(f"| {key[0]}, {key[1]}, {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {ratio} |")
+
+
 def sweep(path):
     """`gemm_sweep`'s log: per product and chunk, the heuristic's first answer and the fastest
     (ms alone, tile as `cublasLtMatmulTile_t`), and how many answers it gave."""
@@ -726,5 +755,5 @@ def sweep(path):
 
 
 if __name__ == "__main__":
-    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile, "compare": compare, "answers": answers, "sweep": sweep}
+    modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile, "compare": compare, "answers": answers, "sweep": sweep, "waits": waits}
     modes[sys.argv[1]](*sys.argv[2:])
