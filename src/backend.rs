@@ -452,30 +452,6 @@ pub trait FusedHeadBackend: Backend {
         stock_sum::<Self>(values)
     }
 
-    /// The gradients of a call whose gradients were computed in its forward pass (the
-    /// streamed path's), times its upstream gradient `g` `[1]` (of their dtype): each as it
-    /// is where g is exactly 1 (`x * 1` is `x`, bit for bit), else `grad * g`.
-    ///
-    /// The default reads g (a wait for the work queued before it) and scales with stock ops
-    /// where it is not 1; scaling with stock ops always was measured slower under fusion
-    /// (about 0.35 ms a step on the H100 at (8192, 1024, 1000), 2026-12-07; about 0.7 ms on
-    /// the H200 at (65536, 1024, 10), 2026-12-04). The CubeCL backends scale on the device,
-    /// in place, with a kernel that writes nothing where g is 1: no read, no wait.
-    fn head_scale_gradients(
-        grads: HeadGradients<Self>,
-        g: FloatTensor<Self>,
-    ) -> HeadGradients<Self> {
-        if upstream_is_one::<Self>(&g) {
-            return grads;
-        }
-        let scale = |t: Option<FloatTensor<Self>>| t.map(|t| scaled::<Self>(t, g.clone()));
-        HeadGradients {
-            x: scale(grads.x),
-            weight: scale(grads.weight),
-            bias: scale(grads.bias),
-        }
-    }
-
     /// The batch mean of the per-row losses, `[1]`. An empty batch gives NaN (0 / 0), as
     /// PyTorch's mean over nothing.
     fn head_mean_loss(loss_rows: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -1074,6 +1050,16 @@ pub(crate) fn predictions_of<B: Backend>(
     first.cast(dtype).into_primitive()
 }
 
+/// `dH g` `[B, C]` (the identity's stage 3), g `[1]` the upstream gradient.
+pub(crate) fn scaled<B: Backend>(dh: FloatTensor<B>, grad_loss: FloatTensor<B>) -> FloatTensor<B> {
+    let dh = float::<B, 2>(dh); // [B, C]
+    if dh.shape().num_elements() == 0 {
+        return prim(dh); // [0, C]: broadcasting against g [1, 1] would make it [1, C]
+    }
+    let g = float::<B, 1>(grad_loss).unsqueeze_dim::<2>(0); // [1, 1]
+    prim(dh * g)
+}
+
 /// [`FusedHeadBackend::head_sum`] in stock ops ([`pairwise::sum`]): its default, and the
 /// CubeCL backends' where the values are not f32.
 pub(crate) fn stock_sum<B: Backend>(values: FloatTensor<B>) -> FloatTensor<B> {
@@ -1088,26 +1074,6 @@ fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
 /// A float tensor as its primitive.
 fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
-}
-
-/// Whether the upstream gradient `g` `[1]` is exactly 1: a read of its bytes, which waits for
-/// the work queued before it.
-pub(crate) fn upstream_is_one<B: Backend>(g: &FloatTensor<B>) -> bool {
-    float::<B, 1>(g.clone()).into_data().iter::<f64>().eq([1.0])
-}
-
-/// `grad * g` with stock ops, g `[1]` the upstream gradient broadcast over `grad` (rank 1 or
-/// 2): the identity's stage 3 (`dH g`), and [`FusedHeadBackend::head_scale_gradients`]'s.
-pub(crate) fn scaled<B: Backend>(grad: FloatTensor<B>, g: FloatTensor<B>) -> FloatTensor<B> {
-    let shape = grad.shape();
-    if shape.num_elements() == 0 {
-        return grad; // [0, I] (B = 0): broadcasting against g [1, 1] would make it [1, I]
-    }
-    let g = float::<B, 1>(g); // [1]
-    match shape.num_dims() {
-        1 => prim(float::<B, 1>(grad).mul(g)),
-        _ => prim(float::<B, 2>(grad).mul(g.unsqueeze_dim::<2>(0))),
-    }
 }
 
 /// NdArray runs the stock-op bodies; in f64 it is the independent reference.

@@ -307,35 +307,6 @@ impl<B: FusionBackend + FusedHeadBackend> FusedHeadBackend for Fusion<B> {
         one(out)
     }
 
-    fn head_scale_gradients(
-        grads: HeadGradients<Self>,
-        g: FloatTensor<Self>,
-    ) -> HeadGradients<Self> {
-        let wanted = HeadWanted {
-            x: grads.x.is_some(),
-            weight: grads.weight.is_some(),
-            bias: grads.bias.is_some(),
-        };
-        let mut tensors: Vec<_> = wanted_outputs(grads).collect();
-        if tensors.is_empty() {
-            return HeadGradients::none();
-        }
-        // The same shapes and dtypes out; B writes them in place where it can (each gradient
-        // is its last use here, so its handle is B's alone).
-        let outputs: Vec<_> = tensors.iter().map(|t| (t.shape.clone(), t.dtype)).collect();
-        tensors.push(g);
-        let id = "fused_head_scale_gradients";
-        let out = call::<B>(id, tensors, &outputs, false, move |ins| {
-            let mut ins: Vec<_> = ins.into_iter().map(Prim::float).collect();
-            let g = ins.pop().expect("the upstream gradient");
-            let grads = take_wanted(wanted, ins.into_iter());
-            wanted_outputs(B::head_scale_gradients(grads, g))
-                .map(Prim::Float)
-                .collect()
-        });
-        take_wanted(wanted, out.into_iter())
-    }
-
     fn head_logits(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

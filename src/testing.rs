@@ -109,21 +109,6 @@ pub fn one_timeline_steps() -> u64 {
     }
 }
 
-/// How many gradients of this process were scaled by their upstream gradient in place on the
-/// device (`FusedHeadBackend::head_scale_gradients` on the CubeCL backends: the streamed
-/// path's backward step, with no read of the upstream gradient by the host); 0 elsewhere.
-pub fn in_place_scalings() -> u64 {
-    #[cfg(feature = "cube")]
-    {
-        let scalings = &crate::cube::streamed::routes::SWITCHES.in_place_scalings;
-        scalings.load(std::sync::atomic::Ordering::SeqCst)
-    }
-    #[cfg(not(feature = "cube"))]
-    {
-        0
-    }
-}
-
 /// The rows of each chunk of the streamed path in the lean mode (`HeadAccumulation::Lean`)
 /// for a batch of `batch` rows and C = `classes` of bf16 tensors, with the options'
 /// `chunk_elements` and `logits`: where its dW is rounded to the inputs' type (after each
@@ -171,10 +156,10 @@ pub fn with_dw_answer<T>(index: usize, f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// How the host waits around the streamed path's step and applies the op's upstream
-/// gradient, for the benchmark's comparison of the ways (`profile --host-waits K`, K a sum of
-/// the flags below; 0 is the op as built). Process-wide while `f` runs: callers in one
-/// process must not overlap. Nothing changes where the flags' routes do not run.
+/// Where the streamed path's host waits at exit, for the benchmark's comparison of the ways
+/// (`profile --host-waits K`, K one of the flags below; 0 is the path's own rule).
+/// Process-wide while `f` runs: callers in one process must not overlap. Nothing changes
+/// where the one-timeline route does not run.
 pub fn with_host_waits<T>(flags: u32, f: impl FnOnce() -> T) -> T {
     use std::sync::atomic::Ordering;
     HOST_WAITS.store(flags, Ordering::SeqCst);
@@ -182,13 +167,13 @@ pub fn with_host_waits<T>(flags: u32, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// [`with_host_waits`]: the streamed path's wait at exit on the calling thread (the route
-/// before 2026-12-07, fourth session), not on CubeCL's server thread.
+/// [`with_host_waits`]: the streamed path's wait at exit on the calling thread at every size
+/// (the route before 2026-12-07, fourth session).
 pub const HOST_WAITS_EXIT_ON_CALLER: u32 = 1;
-/// [`with_host_waits`]: on the CubeCL backends, the backward step of the streamed path reads
-/// its upstream gradient on the host and keeps the gradients as they are where it is 1 (the
-/// route before 2026-12-07, fourth session), in place of the device's scaling with no read.
-pub const HOST_WAITS_READ_UPSTREAM: u32 = 2;
+/// [`with_host_waits`]: the streamed path's wait at exit on CubeCL's server thread at every
+/// size (lease P's build, 2026-12-07), where the path's rule keeps it there for small steps
+/// only.
+pub const HOST_WAITS_EXIT_ON_SERVER: u32 = 2;
 
 /// [`with_host_waits`]'s flags in force.
 pub(crate) static HOST_WAITS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -148,43 +148,6 @@ on_backend!(
     burn::backend::cuda::CudaDevice::default()
 );
 
-/// The CubeCL backends: the backward step applies its upstream gradient g on the device, in
-/// place (no read of g by the host), where g is 1 and where it is not: every tracked gradient
-/// counted as scaled in place, and the values the reference's.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn scales_in_place<B: FusedHeadBackend>(device: &B::Device) {
-    let data = HeadData::random(41, 37, 29, 70);
-    for scale in [1.0, -1.5] {
-        let before = burn_fused_head::testing::in_place_scalings();
-        let got = autodiff_grads::<B>(device, &data, scale, 70 * 5);
-        // The tests of this binary may run at once: at least these three.
-        let scalings = burn_fused_head::testing::in_place_scalings() - before;
-        assert!(
-            scalings >= 3,
-            "g = {scale}: {scalings} gradients scaled in place, not dX, dW and db"
-        );
-        let name = format!("streamed autodiff, g = {scale}, scaled in place");
-        assert_grads(&name, &got, &stock_grads(&data, scale));
-    }
-}
-
-#[cfg(feature = "wgpu")]
-#[test]
-fn wgpu_scales_the_gradients_in_place() {
-    scales_in_place::<burn::backend::Vulkan>(&common::vulkan_device());
-    scales_in_place::<
-        burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
-    >(&common::vulkan_device());
-}
-
-#[cfg(feature = "cuda")]
-#[test]
-fn cuda_scales_the_gradients_in_place() {
-    let device = burn::backend::cuda::CudaDevice::default();
-    scales_in_place::<burn::backend::Cuda>(&device);
-    scales_in_place::<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>(&device);
-}
-
 /// CUDA: a step on one GPU timeline (the row kernel compiled outside CubeCL's server and
 /// launched on cuBLASLt's stream) gives the bits of the host-ordered route (the same kernel
 /// launched by CubeCL on its stream, two host waits per chunk), in every precision, with the

@@ -15,7 +15,6 @@
 //! - [`large_classes`]: the fast path for C > 32 (compute-bound: tiled products, exact f32 or
 //!   TF32 tensor cores, and the per-row softmax cross-entropy).
 //! - [`reductions`]: fixed-order sums (trees, partial sums, the batch mean, column sums).
-//! - [`scale`]: the upstream gradient applied on the device, in place.
 //! - [`softmax_ce`] and [`activation`]: the row algebra and the activation, written once and called
 //!   by every kernel above.
 //!
@@ -30,7 +29,6 @@
 pub mod activation;
 pub mod large_classes;
 pub mod reductions;
-pub mod scale;
 pub mod small_classes;
 pub mod softmax_ce;
 pub mod stages;

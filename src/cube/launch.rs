@@ -185,60 +185,6 @@ pub(super) fn pairwise_sum<R: CubeRuntime, F: FloatElement>(
     out
 }
 
-/// Cubes of [`scale_unless_one`]: enough to stream a large gradient where g is not 1, few
-/// enough to cost next to nothing where it is (each unit then reads g alone).
-const SCALE_CUBES: usize = 1024;
-
-/// Whether [`scale_unless_one`] runs on `grad` and `g`: the buffer grad's alone, grad
-/// contiguous, of at most `u32::MAX` elements and of a dtype the kernel is compiled for, g of
-/// its dtype and one element.
-pub(super) fn scales_in_place<R: CubeRuntime>(grad: &CubeTensor<R>, g: &CubeTensor<R>) -> bool {
-    grad.can_mut()
-        && grad.is_contiguous()
-        && grad.shape().num_elements() <= u32::MAX as usize
-        && matches!(grad.dtype, DType::F32 | DType::BF16 | DType::F16)
-        && g.dtype == grad.dtype
-        && g.shape().num_elements() == 1
-}
-
-/// `grad * g[0]` in place, nothing written where `g[0]` is 1 (the kernel reads g on the
-/// device, the host nothing). Where [`scales_in_place`] holds.
-pub(super) fn scale_unless_one<R: CubeRuntime>(
-    grad: CubeTensor<R>,
-    g: &CubeTensor<R>,
-) -> CubeTensor<R> {
-    assert!(scales_in_place(&grad, g), "scale_unless_one: not in place");
-    let n = grad.shape().num_elements();
-    if n == 0 {
-        return grad;
-    }
-    let count = CubeCount::new_1d(n.div_ceil(CUBE_UNITS as usize).min(SCALE_CUBES) as u32);
-    let dim = CubeDim::new_1d(CUBE_UNITS);
-    let (client, out) = (grad.client.clone(), grad.clone());
-    macro_rules! launch {
-        ($t:ty) => {
-            // SAFETY: grad is contiguous, n elements, and its buffer's only owner; the kernel
-            // reads g[0] and, striding, indexes grad below n only.
-            unsafe {
-                kernels::scale::scale_unless_one::launch_unchecked::<$t, R>(
-                    &client,
-                    count,
-                    dim,
-                    grad.into_tensor_arg(),
-                    g.clone().into_tensor_arg(),
-                    n as u32,
-                )
-            }
-        };
-    }
-    match out.dtype {
-        DType::F32 => launch!(f32),
-        DType::BF16 => launch!(burn::tensor::bf16),
-        _ => launch!(burn::tensor::f16),
-    }
-    out
-}
-
 /// `out = sum_p part[p]`, in order, for a partial-sum tensor [P, ...] reshaped to `shape`. One
 /// part is the sum itself: it is returned as it is (the same memory), with no launch.
 pub(super) fn partial_sum<R: CubeRuntime, F: FloatElement>(

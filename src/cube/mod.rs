@@ -261,37 +261,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusedHeadB
         stages::mean_loss::<R, F>(loss_rows)
     }
 
-    fn head_scale_gradients(
-        grads: HeadGradients<Self>,
-        g: FloatTensor<Self>,
-    ) -> HeadGradients<Self> {
-        #[cfg(feature = "testing")]
-        if crate::testing::host_waits(crate::testing::HOST_WAITS_READ_UPSTREAM)
-            && crate::backend::upstream_is_one::<Self>(&g)
-        {
-            return grads; // the trait's default: g read by the host
-        }
-        // In place on the device, no read of g; stock ops where a gradient cannot be written
-        // in place (`grad * g` always: the same bits where g is 1).
-        let scale = |t: Option<FloatTensor<Self>>| {
-            t.map(|t| {
-                if !launch::scales_in_place::<R>(&t, &g) {
-                    return crate::backend::scaled::<Self>(t, g.clone());
-                }
-                #[cfg(feature = "testing")]
-                streamed::routes::SWITCHES
-                    .in_place_scalings
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                launch::scale_unless_one::<R>(t, &g)
-            })
-        };
-        HeadGradients {
-            x: scale(grads.x),
-            weight: scale(grads.weight),
-            bias: scale(grads.bias),
-        }
-    }
-
     fn head_logits(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,

@@ -187,9 +187,6 @@ pub(crate) mod routes {
         /// The small-C kernels' load factor for 2-byte X, 0 for the crate's own
         /// ([`crate::testing::with_half_loads`]).
         pub half_loads: AtomicU64,
-        /// Gradients scaled by their upstream gradient in place on the device
-        /// ([`crate::testing::in_place_scalings`]).
-        pub in_place_scalings: AtomicU64,
     }
 
     pub(crate) static SWITCHES: Switches = Switches {
@@ -199,7 +196,6 @@ pub(crate) mod routes {
         whole_batch: AtomicU64::new(0),
         half_small: AtomicU64::new(0),
         half_loads: AtomicU64::new(0),
-        in_place_scalings: AtomicU64::new(0),
     };
 }
 

@@ -37,10 +37,10 @@
 //! (`HeadLogits::Rounded`). `--dw-answer K` runs the streamed path's dW products on
 //! cuBLASLt's heuristic answer K (`burn_fused_head::testing::with_dw_answer`; 0 is the
 //! first, the rule before TF32 dW's wide-tile pick), beside the `gemm_sweep` tool's timings of each answer alone.
-//! `--host-waits K` runs with the host's waits and the upstream gradient's read changed by the
-//! flags K sums (`burn_fused_head::testing::with_host_waits`: 1 the streamed path's exit wait
-//! on this thread, 2 the upstream gradient read on the host): the routes before 2026-12-07's
-//! fourth session beside the new.
+//! `--host-waits K` runs with the streamed path's wait at exit moved
+//! (`burn_fused_head::testing::with_host_waits`: 1 on this thread at every size, the route
+//! before 2026-12-07's fourth session; 2 on CubeCL's server thread at every size; 0 the
+//! path's rule, the server thread for small steps only).
 
 use std::time::Instant;
 
