@@ -84,9 +84,11 @@ the peers' rows), its step in each and the later's ratio to the earlier, then th
 range for ours and the peers' median and range, at the LM shapes (C >= 32000) and below.
 `waits CSV [K]` prints the runs of `profile --host-waits K` (2026-12-07, fourth session): per
 shape and precision, the step (one sync, each round) for each K, and the mean of K = 0 (the
-build's own route) over the mean of the given K (default 3: in the final build, the route
-before, the exit wait on the calling thread and the upstream gradient read on the host; in
-lease P's build the route before is K = 1).
+build's own route) over the mean of the given K (default 3). The flags meant other things in
+each build: the route before this session is K = 3 only near enough in the build of 8411edd
+(leases Q and R: 1 the calling thread's wait, 2 g read on the host in a custom op), and K = 1
+in lease P's build and in the final build (lease S), where 2 is the server thread's wait at
+every size.
 """
 import csv
 import os

@@ -682,11 +682,11 @@ fn addresses<R: CubeRuntime, const N: usize>(
 }
 
 /// The largest step (B I C, the multiply-adds of one of its products) whose wait at exit runs
-/// on CubeCL's server thread ([`wait_on_server`]): 2^36, about 0.5 ms of the three products
-/// in TF32 or bf16 and 8 ms in exact f32 on an H100. (8192, 1024, 1000) is under it, where the
-/// wait there took bf16's step from 0.53 to 0.39 ms (2026-12-07, H100); (8192, 4096, 32000)
-/// is above, where it changed nothing and would keep the server thread from other threads for
-/// the whole stream.
+/// on CubeCL's server thread ([`wait_on_server`]): 2^36, about 0.6 ms of the three products
+/// in bf16, 1.2 ms in TF32 and 8 ms in exact f32 on an H100. (8192, 1024, 1000) is under it,
+/// where the wait there took bf16's step from 0.54 to 0.39 ms (2026-12-07, H100);
+/// (8192, 4096, 32000) is above, where it changed nothing and would keep the server thread
+/// from other threads for the whole stream. A choice between those two measured sizes.
 const SERVER_WAIT_WORK: u64 = 1 << 36;
 
 /// Whether the wait at exit of a step of `work` (B I C) runs on CubeCL's server thread: the
