@@ -157,14 +157,25 @@ pub fn with_dw_answer<T>(index: usize, f: impl FnOnce() -> T) -> T {
 }
 
 /// Where the streamed path's host waits at exit, for the benchmark's comparison of the ways
-/// (`profile --host-waits K`, K one of the flags below; 0 is the path's own rule).
-/// Process-wide while `f` runs: callers in one process must not overlap. Nothing changes
-/// where the one-timeline route does not run.
+/// (`profile --host-waits K`, K 0 for the path's own rule or one of the flags below; another
+/// K panics). Process-wide while `f` runs: callers in one process must not overlap. Nothing
+/// changes where the one-timeline route does not run.
 pub fn with_host_waits<T>(flags: u32, f: impl FnOnce() -> T) -> T {
-    use std::sync::atomic::Ordering;
-    HOST_WAITS.store(flags, Ordering::SeqCst);
-    let _off = OnDrop(|| HOST_WAITS.store(0, Ordering::SeqCst));
-    f()
+    #[cfg(feature = "cube")]
+    {
+        let switches = &crate::cube::streamed::routes::SWITCHES;
+        match flags {
+            0 => f(),
+            HOST_WAITS_EXIT_ON_CALLER => with_switch(&switches.exit_on_caller, f),
+            HOST_WAITS_EXIT_ON_SERVER => with_switch(&switches.exit_on_server, f),
+            _ => panic!("with_host_waits: 0, 1 or 2, not {flags}"),
+        }
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        let _ = flags;
+        f()
+    }
 }
 
 /// [`with_host_waits`]: the streamed path's wait at exit on the calling thread at every size
@@ -174,15 +185,6 @@ pub const HOST_WAITS_EXIT_ON_CALLER: u32 = 1;
 /// size (lease P's build, 2026-12-07), where the path's rule keeps it there for small steps
 /// only.
 pub const HOST_WAITS_EXIT_ON_SERVER: u32 = 2;
-
-/// [`with_host_waits`]'s flags in force.
-pub(crate) static HOST_WAITS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// Whether [`with_host_waits`]'s `flag` is in force.
-#[allow(dead_code)]
-pub(crate) fn host_waits(flag: u32) -> bool {
-    HOST_WAITS.load(std::sync::atomic::Ordering::Relaxed) & flag != 0
-}
 
 /// Runs `f` with the streamed path's TF32 dW computed from X as stored (both operands
 /// MN-major) in place of X's transposed chunk, for the benchmark's comparison of the two
@@ -209,8 +211,10 @@ fn with_switch<T>(switch: &std::sync::atomic::AtomicBool, f: impl FnOnce() -> T)
 
 /// Runs its closure when dropped: a process-wide switch set for `f` is reset even where `f`
 /// panics (a test that fails inside it must not leave the next test on another route).
+#[cfg(feature = "cube")]
 struct OnDrop<F: FnMut()>(F);
 
+#[cfg(feature = "cube")]
 impl<F: FnMut()> Drop for OnDrop<F> {
     fn drop(&mut self) {
         (self.0)()

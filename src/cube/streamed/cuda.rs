@@ -692,17 +692,7 @@ const SERVER_WAIT_WORK: u64 = 1 << 36;
 /// Whether the wait at exit of a step of `work` (B I C) runs on CubeCL's server thread: the
 /// rule above, or [`crate::testing::with_host_waits`]'s choice.
 fn on_server(work: u64) -> bool {
-    #[cfg(feature = "testing")]
-    {
-        use crate::testing::{HOST_WAITS_EXIT_ON_CALLER, HOST_WAITS_EXIT_ON_SERVER, host_waits};
-        if host_waits(HOST_WAITS_EXIT_ON_CALLER) {
-            return false;
-        }
-        if host_waits(HOST_WAITS_EXIT_ON_SERVER) {
-            return true;
-        }
-    }
-    work <= SERVER_WAIT_WORK
+    !forced!(exit_on_caller) && (forced!(exit_on_server) || work <= SERVER_WAIT_WORK)
 }
 
 /// Blocks until the engine's stream has run, the wait itself on CubeCL's server thread

@@ -177,6 +177,11 @@ pub(crate) mod routes {
         pub host_ordered: AtomicBool,
         /// Forces TF32 dW from X as stored ([`crate::testing::dw_from_x_as_stored`]).
         pub dw_as_stored: AtomicBool,
+        /// Forces the wait at exit onto the calling thread ([`crate::testing::with_host_waits`]).
+        pub exit_on_caller: AtomicBool,
+        /// Forces the wait at exit onto CubeCL's server thread
+        /// ([`crate::testing::with_host_waits`]).
+        pub exit_on_server: AtomicBool,
         /// Steps that ran on one GPU timeline ([`crate::testing::one_timeline_steps`]).
         pub one_timeline: AtomicU64,
         /// Steps in the whole-batch dZ mode ([`crate::testing::whole_batch_dz_steps`]).
@@ -192,6 +197,8 @@ pub(crate) mod routes {
     pub(crate) static SWITCHES: Switches = Switches {
         host_ordered: AtomicBool::new(false),
         dw_as_stored: AtomicBool::new(false),
+        exit_on_caller: AtomicBool::new(false),
+        exit_on_server: AtomicBool::new(false),
         one_timeline: AtomicU64::new(0),
         whole_batch: AtomicU64::new(0),
         half_small: AtomicU64::new(0),

@@ -38,7 +38,7 @@
 //! cuBLASLt's heuristic answer K (`burn_fused_head::testing::with_dw_answer`; 0 is the
 //! first, the rule before TF32 dW's wide-tile pick), beside the `gemm_sweep` tool's timings of each answer alone.
 //! `--host-waits K` runs with the streamed path's wait at exit moved
-//! (`burn_fused_head::testing::with_host_waits`: 1 on this thread at every size, the route
+//! (`burn_fused_head::testing::with_host_waits`, K one of: 1 on this thread at every size, the route
 //! before 2026-12-07's fourth session; 2 on CubeCL's server thread at every size; 0 the
 //! path's rule, the server thread for small steps only).
 
