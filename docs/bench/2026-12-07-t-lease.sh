@@ -9,7 +9,8 @@
 # Started as `setsid bash docs/bench/2026-12-07-t-lease.sh > /tmp/leaseT.out 2>&1 &` from the
 # repo root; each call packs /tmp/leaseT (less its executables) into one archive under $OUT
 # until `^all done`.
-# Not run yet: in the fifth session eleven calls (H200 and H100) got no machine, costing 766 s
+# Run in the sixth session (lease T, an H100; results under docs/bench/2026-12-07-t-h100*).
+# In the fifth session eleven calls (H200 and H100) got no machine, costing 766 s
 # of its 1800 s, and then the workplace stopped lending machines for the session. Its packs,
 # built from `445e83d` (`.gpu`: the seven test executables; `.gpu8`: `profile`, `fingerprint`
 # and 3a03ed7's `fingerprint-old`), take about 20 minutes of device time in this order.

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Lease U (2026-12-07, sixth session): issue 30's "done when" lease, on an H200 only (an
+# H100 ran the same final code in lease T the same evening). The final code (`445e83d`,
+# packs `.gpu` and `.gpu8` of lease T): ours at issue 30's rows, then the peers at the four
+# shapes (with torch.compile), every row's traced step, then the GPU checks, the most needed
+# first, as far as the session's device time goes. On any other GPU it stops at once.
+# Started as `setsid bash docs/bench/2026-12-07-u-lease.sh > /tmp/leaseU.out 2>&1 &` from the
+# repo root; the call packs /tmp/leaseU (less its executables) under $OUT.
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
+  *H200*) ;;
+  *) echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 3 ;;
+esac
+L=/tmp/leaseU
+cd "$(dirname "$0")/../.."
+source docs/bench/lease-lib.sh  # the steps named below are its helpers
+wait  # the wheels, before any timing
+unpack_fingerprints
+sample_power
+issue30_rows 1
+issue30_peers
+issue30_timelines
+suite determinism 200
+memcheck_rounded
+suite streamed 200
+long_fuzz
+suite half_precision 300; suite logit_terms 200; suite edge_cases 300
+suite parity 300
+fingerprints
+stop_power
+echo "all done $(date -u +%T)" >> "$S"
