@@ -6,6 +6,9 @@
 # first, as far as the session's device time goes. On any other GPU it stops at once.
 # Started as `setsid bash docs/bench/2026-12-07-u-lease.sh > /tmp/leaseU.out 2>&1 &` from the
 # repo root; the call packs /tmp/leaseU (less its executables) under $OUT.
+# Not run: after lease T, seven calls of the sixth session got no machine (four failed
+# starts, two calls refused at once, and the last refused for too little device time left:
+# 480 s of the 709 s left after lease T); the device time ended before an H200 came.
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
   *H200*) ;;
   *) echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 3 ;;
