@@ -9,10 +9,8 @@
 # Not run: after lease T, seven calls of the sixth session got no machine (four failed
 # starts, two calls refused at once, and the last refused for too little device time left:
 # 480 s of the 709 s left after lease T); the device time ended before an H200 came.
-case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
-  *H200*) ;;
-  *) echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 3 ;;
-esac
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
+[[ $gpu == *H200* ]] || { echo "not an H200: $gpu"; exit 3; }
 L=/tmp/leaseU
 cd "$(dirname "$0")/../.."
 source docs/bench/lease-lib.sh  # the steps named below are its helpers
