@@ -9,6 +9,9 @@
 # Not run: after lease T, seven calls of the sixth session got no machine (four failed
 # starts, two calls refused at once, and the last refused for too little device time left:
 # 480 s of the 709 s left after lease T); the device time ended before an H200 came.
+# Not run in the seventh session either (2026-12-07 to 08): of sixteen calls, twelve starts
+# found no machine, three got an H100 (this script's check stopped them) and one was refused;
+# then the workplace paused new loans with 432 s of device time left.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 [[ $gpu == *H200* ]] || { echo "not an H200: $gpu"; exit 3; }
 L=/tmp/leaseU
