@@ -758,4 +758,10 @@ def sweep(path):
 
 if __name__ == "__main__":
     modes = {"csv": write_csv, "table": table, "routes": routes, "before": before, "chunks": chunks, "terms": terms, "timeline": timeline, "small": small, "memory": memory, "lease": lease, "readme": readme, "builds": builds, "issue": issue, "chart": chart, "profile": profile, "compare": compare, "answers": answers, "sweep": sweep, "waits": waits}
+    if len(sys.argv) < 2 or sys.argv[1] not in modes:
+        # The module's docstring opens with one usage line per mode.
+        usage = [line.strip() for line in __doc__.splitlines() if line.strip().startswith("python3 ")]
+        print("usage:\n  " + "\n  ".join(usage), file=sys.stderr)
+        print("modes: " + ", ".join(sorted(modes)), file=sys.stderr)
+        sys.exit(2)
     modes[sys.argv[1]](*sys.argv[2:])
