@@ -12,6 +12,7 @@
 # Not run in the seventh session either (2026-12-07 to 08): of sixteen calls, twelve starts
 # found no machine, three got an H100 (this script's check stopped them) and one was refused;
 # then the workplace paused new loans with 432 s of device time left.
+# Not run in the eighth session (2026-12-08): new loans were paused from its start (no call).
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 [[ $gpu == *H200* ]] || { echo "not an H200: $gpu"; exit 3; }
 L=/tmp/leaseU
