@@ -762,6 +762,5 @@ if __name__ == "__main__":
         # The module's docstring opens with one usage line per mode.
         usage = [line.strip() for line in __doc__.splitlines() if line.strip().startswith("python3 ")]
         print("usage:\n  " + "\n  ".join(usage), file=sys.stderr)
-        print("modes: " + ", ".join(sorted(modes)), file=sys.stderr)
         sys.exit(2)
     modes[sys.argv[1]](*sys.argv[2:])
